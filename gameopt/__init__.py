@@ -1,0 +1,26 @@
+"""gameopt: optimization of differentiable multi-player games in PyTorch."""
+
+from .algorithms import Algorithm, AltGD, Extragradient, Lookahead, Optimistic, SimGD
+from .buffer import FlatBuffer
+from .game import Game, NonFiniteError, Oracle
+from .player import Player
+from .updates import Adam, Momentum, Plain, UpdateRule
+
+__all__ = [
+    "Adam",
+    "Algorithm",
+    "AltGD",
+    "Extragradient",
+    "FlatBuffer",
+    "Game",
+    "Lookahead",
+    "Momentum",
+    "NonFiniteError",
+    "Optimistic",
+    "Oracle",
+    "Plain",
+    "Player",
+    "SimGD",
+    "UpdateRule",
+]
+__version__ = "0.1.0"

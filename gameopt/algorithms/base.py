@@ -1,0 +1,149 @@
+"""What every algorithm shares: per-player learning rates as torch.optim param
+groups, explicit state, and the (step, new state) contract."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from ..updates import Plain, UpdateRule
+
+if TYPE_CHECKING:
+    from ..game import Game, Oracle
+    from ..layout import Vec
+
+State = dict[str, Any]
+
+
+def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
+    values = [lr] if isinstance(lr, (int, float)) else list(lr)
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0.0:
+            raise ValueError(f"learning rates must be non-negative floats, got {lr!r}")
+    return float(lr) if isinstance(lr, (int, float)) else [float(v) for v in values]
+
+
+class Algorithm(torch.optim.Optimizer):
+    """Base class of gameopt algorithms.
+
+    An algorithm is a ``torch.optim.Optimizer`` with one param group per player
+    holding that player's ``'lr'`` (so ``torch.optim.lr_scheduler`` works on it).
+    It is bound to a game by :class:`~gameopt.Game`. Each step it queries the
+    game's oracle and returns ``(delta, new_state)``; the game applies
+    ``w ← w + delta`` and commits ``new_state`` only if both are finite.
+
+    Subclasses implement :meth:`init_state` and :meth:`update`.
+    """
+
+    def __init__(self, lr: float | Sequence[float], update: UpdateRule | None = None, **hyper: Any) -> None:
+        self._lr = _check_lr(lr)
+        self.rule = update if update is not None else Plain()
+        if not isinstance(self.rule, UpdateRule):
+            raise TypeError(f"update must be an UpdateRule (Plain, Momentum, Adam), got {update!r}")
+        self.hyper = hyper
+        self.game: Game | None = None
+        self.algo_state: State = {}
+
+    # --------------------------------------------------------------- binding
+    def bind(self, game: Game) -> None:
+        """Attach to a game: one param group per player, fresh state."""
+        n = len(game.players)
+        lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
+        if len(lrs) != n:
+            raise ValueError(f"{type(self).__name__} got {len(lrs)} learning rates for {n} players")
+        groups = [
+            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name} for p, lr in zip(game.players, lrs)
+        ]
+        torch.optim.Optimizer.__init__(self, groups, {"lr": lrs[0]})
+        self.game = game
+        self.algo_state = self.init_state(game)
+
+    def refresh_params(self, game: Game) -> None:
+        """After the game re-laid its storage, point the param groups at it."""
+        for group, p in zip(self.param_groups, game.players):
+            group["params"] = [b.data for b in p.buffers]
+
+    @property
+    def lrs(self) -> list[float]:
+        """The current learning rate of each player."""
+        return [float(g["lr"]) for g in self.param_groups]
+
+    # ------------------------------------------------------------ interface
+    def init_state(self, game: Game) -> State:
+        """The state before the first step."""
+        return {"rule": self.rule.init(game.layout.data)}
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        """One step: return ``delta`` (w ← w + delta) and the new state.
+
+        Must not modify ``state`` or the parameters in place.
+        """
+        raise NotImplementedError
+
+    def step(self, oracle: Oracle) -> tuple[Vec, State]:  # type: ignore[override]
+        """Called by :meth:`Game.step`; same as :meth:`update` on the current state."""
+        return self.update(oracle, self.algo_state)
+
+    # --------------------------------------------------------------- helpers
+    def descend(self, oracle: Oracle, d: Vec, rule_state: State) -> tuple[Vec, State]:
+        """−η · rule(d), per player, and the rule's new state."""
+        out, rule_state = self.rule.apply(d, rule_state)
+        return oracle.scaled(out, [-lr for lr in self.lrs]), rule_state
+
+    # ---------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        return {"type": type(self).__name__, "param_groups": groups, "state": self.algo_state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        if state_dict.get("type") != type(self).__name__:
+            raise ValueError(f"checkpoint is for {state_dict.get('type')!r}, this game runs {type(self).__name__!r}")
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"checkpoint has {len(groups)} players' settings, the game has {len(self.param_groups)}")
+        _check_like(self.algo_state, state_dict["state"], "state")
+        for mine, theirs in zip(self.param_groups, groups):
+            mine.update({k: v for k, v in theirs.items() if k != "params"})
+        self.algo_state = _clone(state_dict["state"])
+
+    def __repr__(self) -> str:
+        lr = self.lrs if self.game is not None else self._lr
+        extra = "".join(f", {k}={v!r}" for k, v in self.hyper.items())
+        rule = "" if isinstance(self.rule, Plain) else f", update={self.rule!r}"
+        return f"{type(self).__name__}(lr={lr!r}{extra}{rule})"
+
+
+def _clone(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone(v) for v in obj)
+    return obj
+
+
+def _check_like(mine: Any, theirs: Any, path: str) -> None:
+    """Raise ValueError unless ``theirs`` has the structure, shapes and dtypes of ``mine``."""
+    if isinstance(mine, Tensor):
+        if not isinstance(theirs, Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+            got = f"{tuple(theirs.shape)} {theirs.dtype}" if isinstance(theirs, Tensor) else type(theirs).__name__
+            raise ValueError(f"{path}: expected a {tuple(mine.shape)} {mine.dtype} tensor, got {got}")
+    elif isinstance(mine, dict):
+        if not isinstance(theirs, dict) or set(mine) != set(theirs):
+            raise ValueError(
+                f"{path}: expected keys {sorted(mine)}, got {sorted(theirs) if isinstance(theirs, dict) else theirs!r}"
+            )
+        for k in mine:
+            _check_like(mine[k], theirs[k], f"{path}.{k}")
+    elif isinstance(mine, (list, tuple)):
+        if not isinstance(theirs, (list, tuple)) or len(mine) != len(theirs):
+            raise ValueError(f"{path}: expected {len(mine)} entries")
+        for k, (a, b) in enumerate(zip(mine, theirs)):
+            _check_like(a, b, f"{path}[{k}]")
+    elif mine is None:
+        if theirs is not None and not isinstance(theirs, (Tensor, list)):
+            raise ValueError(f"{path}: unexpected {theirs!r}")

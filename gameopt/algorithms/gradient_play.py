@@ -1,0 +1,86 @@
+"""Gradient play: simultaneous and alternating gradient descent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..updates import UpdateRule
+from .base import Algorithm, State
+
+if TYPE_CHECKING:
+    from ..game import Oracle
+    from ..layout import Vec
+
+
+class SimGD(Algorithm):
+    """Simultaneous gradient descent: every player steps on its own gradient at once.
+
+    .. math:: w_{t+1} = w_t - η \\, u(ξ(w_t))
+
+    with ``u`` the update rule (identity by default; :class:`~gameopt.Momentum`,
+    :class:`~gameopt.Adam`).
+
+    Args:
+        lr: η, one float or one per player.
+        update: per-player update rule (default: plain gradient).
+    """
+
+    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
+        super().__init__(lr, update)
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        xi = oracle.xi()
+        delta, rule_state = self.descend(oracle, xi, state["rule"])
+        return delta, {"rule": rule_state}
+
+
+class AltGD(Algorithm):
+    """Alternating gradient descent: players move in list order, each with its
+    gradient at the point left by the players before it.
+
+    .. math:: w^{i}_{t+1} = w^{i}_t - η_i \\, u\\big(ξ_i(w^{1}_{t+1}, …, w^{i-1}_{t+1}, w^{i}_t, …, w^{n}_t)\\big)
+
+    Costs one evaluation of the losses per player.
+
+    Args:
+        lr: η, one float or one per player.
+        update: per-player update rule (default: plain gradient).
+    """
+
+    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
+        super().__init__(lr, update)
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        layout = oracle.layout
+        point = [t.clone() for t in oracle.params]
+        new_rule: State = {}
+        for i in range(oracle.num_players):
+            xi = oracle.xi(at=point if i else None, players=[i])
+            # the rule is elementwise: apply it to player i's part only
+            views = lambda vec: layout.player_views(vec, i)  # noqa: E731
+            part = _map(state["rule"], views)
+            out, rule_i = self.rule.apply(views(xi), part)
+            torch._foreach_add_(views(point), out, alpha=-self.lrs[i])
+            new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
+        delta = torch._foreach_sub(point, oracle.params)
+        return delta, {"rule": new_rule}
+
+
+def _map(state: State, views) -> State:  # type: ignore[no-untyped-def]
+    return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
+
+
+def _clone_vecs(state: State) -> State:
+    return {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in state.items()}
+
+
+def _merge(full: State, part: State, views) -> State:  # type: ignore[no-untyped-def]
+    for k, v in part.items():
+        if isinstance(v, list):
+            torch._foreach_copy_(views(full[k]), v)
+        else:
+            full[k] = v
+    return full

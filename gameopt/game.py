@@ -1,0 +1,353 @@
+"""A game: players, their losses, the joint vector field and an algorithm."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from . import autodiff
+from .algorithms.base import Algorithm, _check_like, _clone
+from .layout import JointLayout, Vec, all_finite
+from .player import Player
+
+log = logging.getLogger(__name__)
+
+PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
+
+
+class NonFiniteError(FloatingPointError):
+    """A step met a non-finite vector field or update; nothing was changed."""
+
+
+class Oracle:
+    """What an algorithm may ask of the game during one step.
+
+    Vectors are joint vectors (``Vec``: one flat tensor per (device, dtype)
+    group). Every field it returns has been checked finite.
+    """
+
+    def __init__(self, game: Game, args: tuple, kwargs: dict) -> None:
+        self.game, self.args, self.kwargs = game, args, kwargs
+        self.layout = game.layout
+        self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
+
+    @property
+    def params(self) -> Vec:
+        """The current point (read only: return a delta instead of writing here)."""
+        return self.layout.data
+
+    @property
+    def num_players(self) -> int:
+        return self.layout.num_players
+
+    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None) -> Vec:
+        """ξ at the current point, or at ``at``. With ``players``, only those players'
+        parts are computed (the rest of the returned vector is meaningless).
+        The result is the game's gradient buffer: valid until the next call."""
+        which = range(self.num_players) if players is None else players
+        with self.game._at(at):
+            losses = autodiff.first_order(self.game, list(which), self.args, self.kwargs)
+        if self.losses is None:
+            self.losses = tuple(losses)
+        grads = self.layout.grad
+        if not all_finite(grads):
+            raise NonFiniteError(self._where(losses, "the vector field ξ"))
+        return grads
+
+    def linearize(self, at: Vec | None = None) -> autodiff.Linearization:
+        """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv."""
+        with self.game._at(at):
+            lin = autodiff.linearize(self.game, self.args, self.kwargs)
+        if self.losses is None:
+            self.losses = tuple(l.detach() for l in lin.losses)
+        if not all_finite(lin.xi):
+            raise NonFiniteError(self._where(lin.losses, "the vector field ξ"))
+        return lin
+
+    def _where(self, losses: Sequence[Tensor], what: str) -> str:
+        bad = [p.name for p, l in zip(self.game.players, losses) if not torch.isfinite(l).all()]
+        hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
+        return f"{what} is not finite{hint}; the step was refused and nothing changed"
+
+    def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """A new vector: each player's part of ``vec`` times its factor."""
+        return self.layout.scale_([t.clone() for t in vec], factors)
+
+    def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """In place: each player's part of ``vec`` times its factor."""
+        return self.layout.scale_(vec, factors)
+
+    def dot(self, a: Vec, b: Vec) -> Tensor:
+        return self.layout.dot(a, b)
+
+
+class Game:
+    """A differentiable game: player i minimizes ``losses(...)[i]`` over its own
+    parameters.
+
+    Args:
+        players: :class:`Player` objects (plain ``nn.Module`` are wrapped).
+        losses: callable returning one scalar loss per player; it draws its own
+            data, or receives the arguments given to :meth:`step`. ``None``: use
+            each player's own ``loss=``.
+        algorithm: an :class:`~gameopt.algorithms.Algorithm`; default ``SimGD(lr=1e-3)``.
+        on_nonfinite: ``"raise"`` (default) refuses a step whose vector field or
+            update is not finite with :class:`NonFiniteError`; ``"skip"`` skips it
+            (counted in :attr:`skipped_steps`). Either way nothing changes.
+    """
+
+    def __init__(
+        self,
+        players: Sequence[Player | nn.Module],
+        losses: Callable[..., Sequence[Tensor]] | None = None,
+        *,
+        algorithm: Algorithm | None = None,
+        on_nonfinite: str = "raise",
+    ) -> None:
+        from .algorithms import SimGD
+
+        if isinstance(players, (Player, nn.Module)) or len(players) == 0:
+            raise ValueError("Game needs a list of players")
+        self.players = [p if isinstance(p, Player) else Player(p) for p in players]
+        self._check_ownership()
+        if losses is None:
+            missing = [p.name for p in self.players if p.loss is None]
+            if missing:
+                raise ValueError(f"no losses given and players {missing} have no loss=")
+            losses = self._own_losses
+        elif not callable(losses):
+            raise TypeError("losses must be a callable returning one scalar loss per player")
+        self.losses = losses
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        self.on_nonfinite = on_nonfinite
+        self.skipped_steps = 0
+        self._forward_mode_ok = True
+        self.algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
+        if not isinstance(self.algorithm, Algorithm):
+            raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(self.algorithm).__name__}")
+        self._build_layout()
+        self.algorithm.bind(self)
+
+    # ---------------------------------------------------------------- setup
+    def _own_losses(self, *args: Any, **kwargs: Any) -> list[Tensor]:
+        return [p.loss(*args, **kwargs) for p in self.players]  # type: ignore[misc]
+
+    def _check_ownership(self) -> None:
+        owner: dict[int, str] = {}
+        for player in self.players:
+            for p in player._params:
+                if id(p) in owner:
+                    raise ValueError(f"a parameter is owned by two players: {owner[id(p)]!r} and {player.name!r}")
+                owner[id(p)] = player.name
+
+    def _build_layout(self) -> None:
+        self.layout = JointLayout(self.players)
+        self._generations = [p.generation for p in self.players]
+        self._grad_views = []
+        for player in self.players:
+            views = []
+            for p in player._params:
+                buf, idx = player._where[id(p)]
+                views.append(buf.grad_view(idx))
+            self._grad_views.append(views)
+        self._backup: Vec | None = None
+        self._keys = _entry_keys(self.layout, self.players)
+
+    def _modules(self) -> list[nn.Module]:
+        return [p.module for p in self.players if p.module is not None]
+
+    def _sync(self) -> None:
+        """Notice players that re-fused (module converted) or left the joint storage,
+        and rebuild the layout keeping parameter values and algorithm state."""
+        changed = [p.check() for p in self.players]
+        moved = any(
+            e.buffer not in self.players[e.player].buffers
+            or e.buffer.data.data_ptr() != self.layout.entry_view(self.layout.data, e).data_ptr()
+            for e in self.layout.entries
+        )
+        if not any(changed) and not moved and self._generations == [p.generation for p in self.players]:
+            return
+        old, old_keys = self.layout, self._keys
+        vectors = _map_vectors(self.algorithm.algo_state, old, lambda v: _unflatten(old, old_keys, v))
+        log.info("game storage rebuilt after a player changed; algorithm state carried over")
+        self._build_layout()
+        new, keys = self.layout, self._keys
+        self.algorithm.algo_state = _map_vectors(vectors, new, lambda d: _flatten(new, keys, d))
+        self.algorithm.refresh_params(self)
+
+    # ------------------------------------------------------------ evaluation
+    class _AtPoint:
+        def __init__(self, game: Game, at: Vec | None) -> None:
+            self.game, self.at = game, at
+
+        def __enter__(self) -> None:
+            if self.at is None:
+                return
+            g = self.game
+            if g._backup is None:
+                g._backup = g.layout.zeros()
+            torch._foreach_copy_(g._backup, g.layout.data)
+            torch._foreach_copy_(g.layout.data, self.at)
+
+        def __exit__(self, *exc: Any) -> None:
+            if self.at is not None:
+                torch._foreach_copy_(self.game.layout.data, self.game._backup)
+
+    def _at(self, at: Vec | None) -> Game._AtPoint:
+        """Evaluate at ``at`` and put the current point back afterwards (also on error)."""
+        return Game._AtPoint(self, at)
+
+    def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
+        """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
+        (a tuple of tensors for a player with several dtype/device groups)."""
+        self._sync()
+        autodiff.first_order(self, range(len(self.players)), args, kwargs)
+        return self.layout.per_player([t.clone() for t in self.layout.grad])
+
+    def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
+        """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
+        self._sync()
+        return autodiff.linearize(self, args, kwargs)
+
+    def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+        """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
+        self._sync()
+        vec = self.layout.from_per_player(v)
+        return self.layout.per_player(autodiff.linearize(self, args, kwargs).jvp(vec))
+
+    def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+        """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
+        self._sync()
+        vec = self.layout.from_per_player(v)
+        return self.layout.per_player(autodiff.linearize(self, args, kwargs).vjp(vec))
+
+    # ------------------------------------------------------------------ step
+    def step(self, *args: Any, **kwargs: Any) -> tuple[Tensor, ...]:
+        """One step of the algorithm. Arguments are passed on to ``losses``.
+
+        Returns the players' losses at the start of the step (detached 0-d tensors).
+        Raises :class:`NonFiniteError` (nothing changed) when a vector field or the
+        update is not finite, unless ``on_nonfinite="skip"``.
+        """
+        self._sync()
+        oracle = Oracle(self, args, kwargs)
+        try:
+            delta, new_state = self.algorithm.step(oracle)
+            if not all_finite(list(delta) + _tensors(new_state)):
+                raise NonFiniteError("the update is not finite; the step was refused and nothing changed")
+        except NonFiniteError:
+            if self.on_nonfinite == "raise":
+                raise
+            self.skipped_steps += 1
+            log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
+            return oracle.losses if oracle.losses is not None else ()
+        with torch.no_grad():
+            torch._foreach_add_(self.layout.data, delta)
+        self.algorithm.algo_state = new_state
+        return oracle.losses if oracle.losses is not None else ()
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume bit for bit; loads with ``weights_only=True``."""
+        self._sync()
+        return {
+            "players": [{"name": p.name, "params": [b.data.detach().clone() for b in p.buffers]} for p in self.players],
+            "algorithm": self.algorithm.state_dict(),
+            "skipped_steps": self.skipped_steps,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`. A state that does not fit raises
+        ``ValueError`` and changes nothing."""
+        self._sync()
+        mine = self.state_dict()
+        players = state_dict.get("players")
+        if not isinstance(players, list) or len(players) != len(self.players):
+            raise ValueError(f"checkpoint has {len(players or [])} players, the game has {len(self.players)}")
+        for p, saved in zip(self.players, players):
+            if saved.get("name") != p.name:
+                raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
+        _check_like(mine["players"], players, "players")
+        algo = state_dict.get("algorithm", {})
+        if algo.get("type") != type(self.algorithm).__name__:
+            raise ValueError(
+                f"checkpoint is for {algo.get('type')!r}, this game runs {type(self.algorithm).__name__!r}"
+            )
+        _check_like(mine["algorithm"]["state"], algo.get("state"), "algorithm.state")
+        self.algorithm.load_state_dict(_clone(algo))
+        with torch.no_grad():
+            for p, saved in zip(self.players, players):
+                for b, t in zip(p.buffers, saved["params"]):
+                    b.data.copy_(t)
+        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+
+    def __repr__(self) -> str:
+        names = ", ".join(p.name for p in self.players)
+        return f"Game([{names}], algorithm={self.algorithm!r})"
+
+
+def _tensors(obj: Any) -> list[Tensor]:
+    if isinstance(obj, Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
+
+
+def _is_vec(obj: Any, layout: JointLayout) -> bool:
+    return (
+        isinstance(obj, list)
+        and len(obj) == len(layout.data)
+        and all(isinstance(t, Tensor) and t.shape == d.shape for t, d in zip(obj, layout.data))
+    )
+
+
+def _map_vectors(obj: Any, layout: JointLayout, fn: Callable[[Vec], Any]) -> Any:
+    """Apply ``fn`` to every joint vector (of ``layout``) inside a state structure."""
+    if isinstance(obj, _PerParam):
+        return fn(obj)
+    if _is_vec(obj, layout):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_vectors(v, layout, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_vectors(v, layout, fn) for v in obj)
+    return obj
+
+
+class _PerParam(dict):
+    """A joint vector taken apart: (player, parameter index) -> tensor."""
+
+
+def _entry_keys(layout: JointLayout, players: Sequence[Player]) -> list[list[int]]:
+    """For each entry, the player's index of each parameter in the entry's buffer."""
+    out = []
+    for e in layout.entries:
+        index = {id(p): k for k, p in enumerate(players[e.player]._params)}
+        out.append([index[id(p)] for p in e.buffer.params])
+    return out
+
+
+def _unflatten(layout: JointLayout, keys: list[list[int]], vec: Vec) -> _PerParam:
+    out = _PerParam()
+    for e, ks in zip(layout.entries, keys):
+        for k, view in zip(ks, e.buffer.views(layout.entry_view(vec, e))):
+            out[(e.player, k)] = view.clone()
+    return out
+
+
+def _flatten(layout: JointLayout, keys: list[list[int]], per_param: _PerParam) -> Vec:
+    vec = layout.zeros()
+    with torch.no_grad():
+        for e, ks in zip(layout.entries, keys):
+            for k, view in zip(ks, e.buffer.views(layout.entry_view(vec, e))):
+                if (e.player, k) in per_param:
+                    view.copy_(per_param[(e.player, k)])
+    return vec

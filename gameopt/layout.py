@@ -1,0 +1,120 @@
+"""The joint vector: every player's flat buffers side by side in one tensor per
+(device, dtype) group.
+
+A joint vector (``Vec``) is a list with one 1-D tensor per group. All vector math
+of an algorithm is done on these few tensors, so its cost does not grow with the
+number of players or parameter tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .buffer import FlatBuffer
+from .player import Player
+
+Vec = list[Tensor]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One player's buffer inside a joint group."""
+
+    player: int
+    buffer: FlatBuffer
+    group: int
+    start: int
+    stop: int
+
+
+class JointLayout:
+    """Places every player's buffers into joint storage, one tensor per group."""
+
+    def __init__(self, players: Sequence[Player]) -> None:
+        keys: list[tuple[torch.device, torch.dtype]] = []
+        self.entries: list[Entry] = []
+        sizes: list[int] = []
+        for i, player in enumerate(players):
+            for buf in player.buffers:
+                key = (buf.device, buf.dtype)
+                if key not in keys:
+                    keys.append(key)
+                    sizes.append(0)
+                g = keys.index(key)
+                step = max(1, (buf.align or 1) // buf.data.element_size())
+                start = -(-sizes[g] // step) * step
+                self.entries.append(Entry(i, buf, g, start, start + buf.numel))
+                sizes[g] = start + buf.numel
+        self.keys = keys
+        self.num_players = len(players)
+        self.data: Vec = [torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes)]
+        self.grad: Vec = [torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes)]
+        for e in self.entries:
+            e.buffer.rehome(self.data[e.group][e.start : e.stop], self.grad[e.group][e.start : e.stop])
+        self.by_player: list[list[Entry]] = [[e for e in self.entries if e.player == i] for i in range(len(players))]
+        self._uniform_groups = [len({e.player for e in self.entries if e.group == g}) == 1 for g in range(len(keys))]
+        self.num_elements = sum(e.buffer.num_elements for e in self.entries)
+
+    # ------------------------------------------------------------- vectors
+    def zeros(self) -> Vec:
+        return [torch.zeros_like(t) for t in self.data]
+
+    def entry_view(self, vec: Vec, e: Entry) -> Tensor:
+        """The part of a joint vector that belongs to one player buffer (a plain slice;
+        never use it inside a differentiated computation)."""
+        return vec[e.group][e.start : e.stop]
+
+    def player_views(self, vec: Vec, i: int) -> list[Tensor]:
+        return [self.entry_view(vec, e) for e in self.by_player[i]]
+
+    def per_player(self, vec: Vec) -> tuple[Tensor | tuple[Tensor, ...], ...]:
+        """One flat tensor per player (a tuple of tensors for a player with several groups)."""
+        out = []
+        for i in range(self.num_players):
+            views = self.player_views(vec, i)
+            out.append(views[0] if len(views) == 1 else tuple(views))
+        return tuple(out)
+
+    def from_per_player(self, per_player: Sequence[Tensor | Sequence[Tensor]], what: str = "v") -> Vec:
+        """A joint vector from one flat tensor (or tuple) per player; checks shapes."""
+        if len(per_player) != self.num_players:
+            raise ValueError(f"{what} has {len(per_player)} entries, the game has {self.num_players} players")
+        vec = self.zeros()
+        for i, item in enumerate(per_player):
+            items = [item] if isinstance(item, Tensor) else list(item)
+            entries = self.by_player[i]
+            if len(items) != len(entries):
+                raise ValueError(f"{what}[{i}] must hold {len(entries)} flat tensor(s), one per parameter group")
+            for e, t in zip(entries, items):
+                if t.shape != (e.buffer.numel,):
+                    raise ValueError(f"{what}[{i}] has shape {tuple(t.shape)}, expected ({e.buffer.numel},)")
+                self.entry_view(vec, e).copy_(t.detach())
+        return vec
+
+    def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """Multiply each player's part of ``vec`` by its factor, in place."""
+        for g, t in enumerate(vec):
+            entries = [e for e in self.entries if e.group == g]
+            fs = [float(factors[e.player]) for e in entries]
+            if self._uniform_groups[g] or len(set(fs)) == 1:
+                t.mul_(fs[0])
+            else:
+                torch._foreach_mul_([t[e.start : e.stop] for e in entries], fs)
+        return vec
+
+    def dot(self, a: Vec, b: Vec) -> Tensor:
+        """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""
+        parts = [torch.dot(x, y).to(device=a[0].device, dtype=torch.float64) for x, y in zip(a, b)]
+        return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+
+def all_finite(vecs: Sequence[Tensor]) -> bool:
+    """True when every element is finite (one host sync)."""
+    flags = [torch.isfinite(t).all() for t in vecs if t.numel()]
+    if not flags:
+        return True
+    return bool(torch.stack([f.to(flags[0].device) for f in flags]).all())

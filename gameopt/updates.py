@@ -1,0 +1,94 @@
+"""Per-player update rules that any algorithm composes with.
+
+A rule maps a direction ``d`` (a list of flat tensors, usually a joint vector) to
+the direction actually followed, with explicit state:
+``out, new_state = rule.apply(d, state)``. Rules are elementwise, so an algorithm
+may apply them to the whole joint vector or to one player's part of it. They never
+modify ``d`` or ``state`` in place (a failed step leaves the state as it was).
+The learning rate is applied by the algorithm afterwards: ``w ← w − η · out``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+State = dict[str, Any]
+
+
+class UpdateRule:
+    """Base class: the identity rule (plain gradient steps)."""
+
+    def init(self, like: list[Tensor]) -> State:
+        return {}
+
+    def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
+        return d, state
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+class Plain(UpdateRule):
+    """out = d."""
+
+
+class Momentum(UpdateRule):
+    """Heavy-ball momentum: b ← μ b + d, out = b (or d + μ b with ``nesterov``).
+
+    A negative ``momentum`` gives the negative momentum of Gidel et al. 2019,
+    "Negative Momentum for Improved Game Dynamics". Same convention as
+    ``torch.optim.SGD`` with zero dampening.
+    """
+
+    def __init__(self, momentum: float = 0.9, nesterov: bool = False) -> None:
+        if not -1.0 < momentum < 1.0:
+            raise ValueError(f"momentum must be in (-1, 1), got {momentum}")
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+
+    def init(self, like: list[Tensor]) -> State:
+        return {"buf": [torch.zeros_like(t) for t in like]}
+
+    def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
+        buf = torch._foreach_add(torch._foreach_mul(state["buf"], self.momentum), d)
+        out = torch._foreach_add(d, buf, alpha=self.momentum) if self.nesterov else buf
+        return out, {"buf": buf}
+
+
+class Adam(UpdateRule):
+    """Adam (Kingma & Ba 2015, Algorithm 1 in its efficient form):
+
+    m ← β₁ m + (1 − β₁) d,  v ← β₂ v + (1 − β₂) d²,  t ← t + 1,
+    out = √(1 − β₂ᵗ) / (1 − β₁ᵗ) · m / (√v + ε).
+
+    Inside :class:`~gameopt.Extragradient` both the extrapolation and the update
+    advance the moments and ``t`` (Extra-Adam, Gidel et al. 2019).
+    """
+
+    def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        b1, b2 = betas
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        if eps < 0:
+            raise ValueError(f"eps must be non-negative, got {eps}")
+        self.betas = (float(b1), float(b2))
+        self.eps = float(eps)
+
+    def init(self, like: list[Tensor]) -> State:
+        return {"m": [torch.zeros_like(t) for t in like], "v": [torch.zeros_like(t) for t in like], "t": 0}
+
+    def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
+        b1, b2 = self.betas
+        t = state["t"] + 1
+        m = torch._foreach_add(torch._foreach_mul(state["m"], b1), d, alpha=1 - b1)
+        v = torch._foreach_mul(state["v"], b2)
+        torch._foreach_addcmul_(v, d, d, value=1 - b2)
+        denom = torch._foreach_add(torch._foreach_sqrt(v), self.eps)
+        out = torch._foreach_div(m, denom)
+        torch._foreach_mul_(out, math.sqrt(1 - b2**t) / (1 - b1**t))
+        return out, {"m": m, "v": v, "t": t}
