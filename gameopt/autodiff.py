@@ -123,7 +123,7 @@ def _flatten(entry: Entry, grads: Sequence[Tensor | None]) -> Tensor:
     """A differentiable flat tensor laid out like ``entry.buffer`` from per-parameter grads."""
     buf = entry.buffer
     pieces, end = [], 0
-    for seg, g, p in zip(buf.segments, grads, buf.params):
+    for seg, g in zip(buf.segments, grads):
         if seg.offset > end:
             pieces.append(torch.zeros(seg.offset - end, dtype=buf.dtype, device=buf.device))
         pieces.append(torch.zeros(seg.numel, dtype=buf.dtype, device=buf.device) if g is None else g.reshape(-1))
