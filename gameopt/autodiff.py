@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +120,14 @@ def jacobian_mode(game: Game) -> Iterator[None]:
                 b.copy_(copy)
 
 
+def _make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
+    # The first make_dual loads torch's jvp decompositions through torch.jit.script,
+    # which warns about its own deprecation; that warning is not the user's concern.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*deprecated", category=DeprecationWarning)
+        return fwAD.make_dual(primal, tangent)
+
+
 def _flatten(entry: Entry, grads: Sequence[Tensor | None]) -> Tensor:
     """A differentiable flat tensor laid out like ``entry.buffer`` from per-parameter grads."""
     buf = entry.buffer
@@ -150,7 +159,7 @@ class Linearization:
         for e in layout.entries:
             if self.functional:
                 leaf = layout.entry_view(layout.data, e).detach().requires_grad_()
-                source = leaf if tangent is None else fwAD.make_dual(leaf, layout.entry_view(tangent, e))
+                source = leaf if tangent is None else _make_dual(leaf, layout.entry_view(tangent, e))
                 for p, view in zip(e.buffer.params, e.buffer.views(source)):
                     values[id(p)] = view
                 self.inputs.append([source])

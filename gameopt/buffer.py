@@ -11,7 +11,8 @@ parameter's strides (a ``channels_last`` weight stays ``channels_last``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -117,6 +118,16 @@ class FlatBuffer:
 
     def _install(self, data: Tensor, grad: Tensor) -> None:
         """Copy the parameters' current values into ``data`` and make them views of it."""
+        # A parameter referenced by a live autograd graph (its AccumulateGrad node) cannot
+        # move: swap_tensors would only poison that node and fail at the next backward.
+        # Check them all before swapping any, so a refusal leaves everything untouched.
+        if any(p._use_count() > 1 for p in self.params):
+            raise RuntimeError(
+                "gameopt cannot fuse a parameter while an autograd graph still uses it "
+                "(drop the outputs and losses of earlier forward passes first, or fuse before the forward pass)"
+            )
+        for handle in getattr(self, "_hooks", ()):
+            handle.remove()  # our previous relinking hooks; fresh ones are added below
         data_views, grad_views = self.views(data), self.views(grad)
         with torch.no_grad():
             for p, view in zip(self.params, data_views):
@@ -127,14 +138,37 @@ class FlatBuffer:
             try:
                 torch.utils.swap_tensors(p, new)
             except RuntimeError as err:
-                raise RuntimeError(
-                    "gameopt cannot fuse a parameter while an autograd graph still uses it "
-                    "(run backward or drop the outputs first, or fuse before the forward pass)"
-                ) from err
+                raise RuntimeError(f"gameopt cannot fuse a parameter: {err}") from err
+            # swap_tensors leaves the C++ side of tensor hooks on the old storage:
+            # re-assigning the hook dicts registers them on the new one.
+            for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+                hooks = getattr(p, attr)
+                if hooks is not None:
+                    setattr(p, attr, hooks)
             p.grad = gview
         self.data, self.grad = data, grad
         self._grad_views = grad_views
         self._ptrs = [p.data_ptr() for p in self.params]
+        # swap_tensors dropped any hooks: (re)install the relinking hooks
+        self._hooks = [p.register_post_accumulate_grad_hook(self._relink_hook(i)) for i, p in enumerate(self.params)]
+
+    def _relink_hook(self, i: int) -> Callable[[Tensor], None]:
+        """After a backward that put ``p.grad`` elsewhere (for example after
+        ``zero_grad(set_to_none=True)``), copy it into the buffer and relink."""
+        ref = weakref.ref(self)
+
+        def relink(p: Tensor) -> None:
+            buf = ref()
+            if buf is None or buf.params[i] is not p:
+                return
+            view, g = buf._grad_views[i], p.grad
+            if g is view or g is None or g.grad_fn is not None:
+                return
+            with torch.no_grad():
+                view.copy_(g.to_dense() if g.is_sparse else g)
+            p.grad = view
+
+        return relink
 
     def rehome(self, data: Tensor, grad: Tensor) -> None:
         """Move the buffer into the given flat storage (for example a slice of a

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable
 
 import torch
@@ -101,28 +100,7 @@ class Player:
         self._params = params
         self._owners = owners
         self._where = {id(p): (b, i) for b in self.buffers for i, p in enumerate(b.params)}
-        self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(p)) for p in params]
         self.generation += 1
-
-    def _make_hook(self, param: Tensor) -> Callable[[Tensor], None]:
-        ref = weakref.ref(self)
-        key = id(param)
-
-        def relink(p: Tensor) -> None:
-            player = ref()
-            if player is None or key not in player._where:
-                return
-            buf, i = player._where[key]
-            if buf.params[i] is not p or p.grad is buf.grad_view(i):
-                return
-            view, g = buf.grad_view(i), p.grad
-            if g is None or g.grad_fn is not None:
-                return
-            with torch.no_grad():
-                view.copy_(g.to_dense() if g.is_sparse else g)
-            p.grad = view
-
-        return relink
 
     # ---------------------------------------------------------------- checking
     def stale(self) -> str | None:
@@ -145,8 +123,6 @@ class Player:
         why = self.stale()
         if why is None:
             return False
-        for h in self._hooks:
-            h.remove()
         try:
             self._fuse()
         except RuntimeError as err:

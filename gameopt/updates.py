@@ -55,8 +55,8 @@ class Momentum(UpdateRule):
         return {"buf": [torch.zeros_like(t) for t in like]}
 
     def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
-        buf = torch._foreach_add(torch._foreach_mul(state["buf"], self.momentum), d)
-        out = torch._foreach_add(d, buf, alpha=self.momentum) if self.nesterov else buf
+        buf = list(torch._foreach_add(torch._foreach_mul(state["buf"], self.momentum), d))
+        out = list(torch._foreach_add(d, buf, alpha=self.momentum)) if self.nesterov else buf
         return out, {"buf": buf}
 
 
@@ -85,10 +85,10 @@ class Adam(UpdateRule):
     def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
         b1, b2 = self.betas
         t = state["t"] + 1
-        m = torch._foreach_add(torch._foreach_mul(state["m"], b1), d, alpha=1 - b1)
-        v = torch._foreach_mul(state["v"], b2)
+        m = list(torch._foreach_add(torch._foreach_mul(state["m"], b1), d, alpha=1 - b1))
+        v = list(torch._foreach_mul(state["v"], b2))
         torch._foreach_addcmul_(v, d, d, value=1 - b2)
         denom = torch._foreach_add(torch._foreach_sqrt(v), self.eps)
-        out = torch._foreach_div(m, denom)
+        out = list(torch._foreach_div(m, denom))
         torch._foreach_mul_(out, math.sqrt(1 - b2**t) / (1 - b1**t))
         return out, {"m": m, "v": v, "t": t}

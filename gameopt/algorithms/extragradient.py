@@ -44,7 +44,7 @@ class Extragradient(Algorithm):
         eta_x = self.hyper["extrapolation_lr"]
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
         out, rule_state = self.rule.apply(oracle.xi(), state["rule"])
-        extrapolated = torch._foreach_add(oracle.params, oracle.scaled(out, [-lr for lr in lrs]))
+        extrapolated = list(torch._foreach_add(oracle.params, oracle.scaled(out, [-lr for lr in lrs])))
         delta, rule_state = self.descend(oracle, oracle.xi(at=extrapolated), rule_state)
         return delta, {"rule": rule_state}
 
@@ -73,6 +73,6 @@ class Optimistic(Algorithm):
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         out, rule_state = self.rule.apply(oracle.xi(), state["rule"])
         prev = state["prev"] if state["t"] > 0 else out
-        direction = torch._foreach_sub(torch._foreach_mul(out, 2.0), prev)
+        direction = list(torch._foreach_sub(torch._foreach_mul(out, 2.0), prev))
         delta = oracle.scale_(direction, [-lr for lr in self.lrs])
         return delta, {"rule": rule_state, "prev": [t.clone() for t in out], "t": state["t"] + 1}

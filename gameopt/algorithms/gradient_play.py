@@ -65,7 +65,7 @@ class AltGD(Algorithm):
             out, rule_i = self.rule.apply(views(xi), part)
             torch._foreach_add_(views(point), out, alpha=-self.lrs[i])
             new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
-        delta = torch._foreach_sub(point, oracle.params)
+        delta = list(torch._foreach_sub(point, oracle.params))
         return delta, {"rule": new_rule}
 
 

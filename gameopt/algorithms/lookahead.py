@@ -56,9 +56,9 @@ class Lookahead(Algorithm):
         count = state["count"] + 1
         slow = state["slow"]
         if count % self.hyper["k"] == 0:
-            fast = torch._foreach_add(oracle.params, delta)
-            slow = torch._foreach_add(slow, torch._foreach_sub(fast, slow), alpha=self.hyper["alpha"])
-            delta = torch._foreach_sub(slow, oracle.params)
+            fast = list(torch._foreach_add(oracle.params, delta))
+            slow = list(torch._foreach_add(slow, torch._foreach_sub(fast, slow), alpha=self.hyper["alpha"]))
+            delta = list(torch._foreach_sub(slow, oracle.params))
         return delta, {"base": base_state, "slow": slow, "count": count}
 
     def __repr__(self) -> str:

@@ -1,0 +1,203 @@
+"""Every algorithm against its closed-form update, iterate for iterate, in float64;
+generic checks (resume, dtypes) driven by one table of algorithms."""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import torch
+
+import gameopt
+from games import GAMES, RefRule, bilinear, ref_trajectory
+
+
+@dataclass
+class AlgoInfo:
+    """One row of the table of algorithms that drives the generic checks."""
+
+    name: str
+    make: Callable[[list[float]], gameopt.Algorithm]
+    ref: str  # key for ref_trajectory
+    ref_kw: dict
+    rule: Callable[[], RefRule] = RefRule
+
+
+ALGORITHMS = [
+    AlgoInfo("SimGD", lambda lr: gameopt.SimGD(lr), "simgd", {}),
+    AlgoInfo("AltGD", lambda lr: gameopt.AltGD(lr), "altgd", {}),
+    AlgoInfo("Extragradient", lambda lr: gameopt.Extragradient(lr), "eg", {}),
+    AlgoInfo(
+        "Extragradient-eta'",
+        lambda lr: gameopt.Extragradient(lr, extrapolation_lr=[x / 2 for x in lr]),
+        "eg",
+        {"extrapolation": 0.5},
+    ),
+    AlgoInfo("Optimistic", lambda lr: gameopt.Optimistic(lr), "optimistic", {}),
+    AlgoInfo(
+        "SimGD-momentum",
+        lambda lr: gameopt.SimGD(lr, update=gameopt.Momentum(0.5)),
+        "simgd",
+        {},
+        lambda: RefRule("momentum", momentum=0.5),
+    ),
+    AlgoInfo(
+        "SimGD-negative-momentum",
+        lambda lr: gameopt.SimGD(lr, update=gameopt.Momentum(-0.3)),
+        "simgd",
+        {},
+        lambda: RefRule("momentum", momentum=-0.3),
+    ),
+    AlgoInfo("AltGD-Adam", lambda lr: gameopt.AltGD(lr, update=gameopt.Adam()), "altgd", {}, lambda: RefRule("adam")),
+    AlgoInfo(
+        "ExtraAdam",
+        lambda lr: gameopt.Extragradient(lr, update=gameopt.Adam((0.5, 0.9))),
+        "eg",
+        {},
+        lambda: RefRule("adam", betas=(0.5, 0.9)),
+    ),
+    AlgoInfo(
+        "OptimisticAdam",
+        lambda lr: gameopt.Optimistic(lr, update=gameopt.Adam()),
+        "optimistic",
+        {},
+        lambda: RefRule("adam"),
+    ),
+    AlgoInfo(
+        "Lookahead",
+        lambda lr: gameopt.Lookahead(gameopt.SimGD(lr), k=3, alpha=0.5),
+        "lookahead",
+        {"k": 3, "alpha": 0.5},
+    ),
+]
+IDS = [a.name for a in ALGORITHMS]
+
+
+def _lrs(n: int) -> list[float]:
+    return [0.05 + 0.02 * i for i in range(n)]  # per-player learning rates
+
+
+@pytest.mark.parametrize("game_name", list(GAMES))
+@pytest.mark.parametrize("info", ALGORITHMS, ids=IDS)
+@pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
+def test_matches_closed_form(info: AlgoInfo, game_name: str, raw: bool) -> None:
+    tg = GAMES[game_name]()
+    lrs = _lrs(len(tg.init))
+    kw = dict(info.ref_kw)
+    if kw.pop("extrapolation", None):
+        kw["extrapolation_lrs"] = [x / 2 for x in lrs]
+    expected = ref_trajectory(tg, info.ref, lrs, 7, rule=info.rule(), **kw)
+    game = tg.build(info.make(lrs), raw=raw)
+    for t in range(7):
+        game.step()
+        for w, ref in zip(tg.params(), expected[t]):
+            torch.testing.assert_close(w, ref, rtol=1e-12, atol=1e-12, msg=f"step {t}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("info", ALGORITHMS, ids=IDS)
+def test_resume_is_bit_exact(info: AlgoInfo, dtype: torch.dtype) -> None:
+    tg = GAMES["nonquadratic"]()
+    lrs = _lrs(3)
+    game = tg.build(info.make(lrs), dtype=dtype)
+    for _ in range(8):
+        game.step()
+    straight = tg.params()
+
+    game = tg.build(info.make(lrs), dtype=dtype)
+    for _ in range(4):
+        game.step()
+    buf = io.BytesIO()
+    torch.save(game.state_dict(), buf)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    resumed = tg.build(info.make(lrs), dtype=dtype)  # fresh modules at the initial point
+    resumed.load_state_dict(saved)
+    for _ in range(4):
+        resumed.step()
+    for a, b in zip(tg.params(), straight):
+        assert a.dtype == dtype
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("info", ALGORITHMS, ids=IDS)
+def test_float32_tracks_float64(info: AlgoInfo) -> None:
+    tg = GAMES["quadratic"]()
+    lrs = _lrs(3)
+    g64 = tg.build(info.make(lrs), dtype=torch.float64)
+    for _ in range(5):
+        g64.step()
+    w64 = tg.params()
+    g32 = tg.build(info.make(lrs), dtype=torch.float32)
+    for _ in range(5):
+        g32.step()
+    for a, b in zip(tg.params(), w64):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+
+
+def _distance(tg) -> float:
+    return math.sqrt(sum(float(w @ w) for w in tg.params()))
+
+
+def test_simgd_diverges_on_bilinear_at_the_known_rate() -> None:
+    eta = 0.1
+    tg = bilinear(1)
+    tg.init = [torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)]
+    tg.losses_fn = lambda ws: [(ws[0] * ws[1]).sum(), -(ws[0] * ws[1]).sum()]
+    game = tg.build(gameopt.SimGD(eta))
+    d0 = _distance(tg)
+    for t in range(1, 21):
+        game.step()
+        assert _distance(tg) == pytest.approx(d0 * math.sqrt(1 + eta**2) ** t, rel=1e-12)
+
+
+def test_extragradient_contracts_on_bilinear_at_the_known_rate() -> None:
+    eta = 0.3
+    tg = bilinear(1)
+    tg.init = [torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)]
+    tg.losses_fn = lambda ws: [(ws[0] * ws[1]).sum(), -(ws[0] * ws[1]).sum()]
+    game = tg.build(gameopt.Extragradient(eta))
+    d0 = _distance(tg)
+    for t in range(1, 21):
+        game.step()
+        assert _distance(tg) == pytest.approx(d0 * math.sqrt(1 - eta**2 + eta**4) ** t, rel=1e-12)
+
+
+def test_lr_scheduler_drives_per_player_learning_rates() -> None:
+    tg = GAMES["quadratic"]()
+    game = tg.build(gameopt.SimGD([0.1, 0.2, 0.3]))
+    sched = torch.optim.lr_scheduler.StepLR(game.algorithm, step_size=2, gamma=0.5)
+    for _ in range(4):
+        game.step()
+        sched.step()
+    assert game.algorithm.lrs == pytest.approx([0.025, 0.05, 0.075])
+    # the state dict carries the scheduled learning rates
+    sd = game.state_dict()
+    other = tg.build(gameopt.SimGD([0.1, 0.2, 0.3]))
+    other.load_state_dict(sd)
+    assert other.algorithm.lrs == pytest.approx([0.025, 0.05, 0.075])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gameopt.SimGD(-1.0),
+        lambda: gameopt.SimGD(float("nan")),
+        lambda: gameopt.Momentum(1.5),
+        lambda: gameopt.Adam((1.0, 0.9)),
+        lambda: gameopt.Lookahead(gameopt.SimGD(0.1), k=0),
+        lambda: gameopt.Lookahead(gameopt.SimGD(0.1), alpha=0.0),
+    ],
+)
+def test_bad_hyperparameters_raise(make) -> None:
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_wrong_number_of_learning_rates() -> None:
+    with pytest.raises(ValueError, match="2 learning rates for 3 players"):
+        GAMES["quadratic"]().build(gameopt.SimGD([0.1, 0.2]))
