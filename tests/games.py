@@ -8,8 +8,8 @@ written with torch ops, and ``xi_ref(ws)``: the vector field written by hand
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor, nn

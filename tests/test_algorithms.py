@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 import torch
+from games import GAMES, RefRule, bilinear, ref_trajectory
 
 import gameopt
-from games import GAMES, RefRule, bilinear, ref_trajectory
 
 
 @dataclass

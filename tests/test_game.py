@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
+from games import GAMES, VecModule
 from torch import nn
 
 import gameopt
-from games import GAMES, VecModule
 
 
 def _flat(per_player) -> torch.Tensor:
@@ -281,7 +280,7 @@ def test_mixed_dtype_players_step_and_match_a_float64_reference() -> None:
     pb = gameopt.Player(b)
     assert len(pb.buffers) == 2
     with pytest.raises(ValueError, match="player.buffers"):
-        pb.params
+        _ = pb.params
     game = gameopt.Game([a, pb], losses, algorithm=gameopt.Optimistic([0.1, 0.05]))
     assert len(game.layout.data) == 2  # one joint tensor per dtype
     for _ in range(3):
