@@ -1,0 +1,1 @@
+"""Experiments: each runnable as ``python -m experiments.<name>``."""

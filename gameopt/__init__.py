@@ -1,12 +1,35 @@
 """gameopt: optimization of differentiable multi-player games in PyTorch."""
 
-from .algorithms import Algorithm, AltGD, Extragradient, Lookahead, Optimistic, SimGD
+from .algorithms import (
+    ACGD,
+    CGD,
+    LA,
+    LOLA,
+    SGA,
+    SOS,
+    Algorithm,
+    AltGD,
+    ConsensusOptimization,
+    Extragradient,
+    HamiltonianGD,
+    Lookahead,
+    Optimistic,
+    SimGD,
+)
 from .buffer import FlatBuffer
 from .game import Game, NonFiniteError, Oracle
 from .player import Player
 from .updates import Adam, Momentum, Plain, UpdateRule
 
 __all__ = [
+    "ACGD",
+    "CGD",
+    "LA",
+    "LOLA",
+    "SGA",
+    "SOS",
+    "ConsensusOptimization",
+    "HamiltonianGD",
     "Adam",
     "Algorithm",
     "AltGD",

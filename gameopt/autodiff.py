@@ -105,16 +105,22 @@ def _substituted(game: Game, values: dict[int, Tensor]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def jacobian_mode(game: Game) -> Iterator[None]:
-    """Module buffers unchanged afterwards; kernels that support double backward."""
-    saved = [(b, b.clone()) for m in game._modules() for b in m.buffers()]
-    try:
-        with contextlib.ExitStack() as stack:
-            from torch.nn.attention import SDPBackend, sdpa_kernel
+    """Module buffers (BatchNorm running statistics) unchanged afterwards, and
+    kernels with double backward: the math attention backend, and mkldnn off where
+    a recurrent layer would use its (forward-AD-less) CPU kernel."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            stack.enter_context(sdpa_kernel(SDPBackend.MATH))
-            stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+    modules = game._modules()
+    saved = [(b, b.clone()) for m in modules for b in m.buffers()]
+    rnn = any(isinstance(sub, torch.nn.RNNBase) for m in modules for sub in m.modules())
+    mkldnn = torch._C._get_mkldnn_enabled()
+    try:
+        if rnn:
+            torch._C._set_mkldnn_enabled(False)
+        with sdpa_kernel(SDPBackend.MATH):
             yield
     finally:
+        torch._C._set_mkldnn_enabled(mkldnn)
         with torch.no_grad():
             for b, copy in saved:
                 b.copy_(copy)
@@ -145,15 +151,20 @@ def _flatten(entry: Entry, grads: Sequence[Tensor | None]) -> Tensor:
 class Linearization:
     """ξ at the current point with its graph, for Jacobian products.
 
-    ``xi`` is the joint vector field (detached). :meth:`vjp` and :meth:`jvp` may be
-    called many times; each reuses the graph (``jvp`` re-runs the losses with dual
-    tensors when forward mode is available).
+    ``xi`` is the joint vector field (detached). Every product below may be called
+    many times and reuses the graph; :meth:`jvp` re-runs the losses with dual
+    tensors when forward-mode AD is available, else uses the double-vjp trick.
+
+    Notation: J = ∂ξ/∂w; D = blockdiag(∂ξ_i/∂w_i) (symmetric Hessians ∇²_{w_i} f_i);
+    H_o = J − D, the off-diagonal blocks.
     """
 
     def __init__(self, game: Game, args: tuple, kwargs: dict, tangent: Vec | None = None) -> None:
         self.game, self.args, self.kwargs = game, args, kwargs
         layout = game.layout
-        self.inputs: list[list[Tensor]] = []  # per entry: what is differentiated
+        self.layout = layout
+        self.entries_of = [[k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(game.players))]
+        self.inputs: list[list[Tensor]] = []  # per entry: the tensors differentiated against
         values: dict[int, Tensor] = {}
         self.functional = all(p.module is not None for p in game.players)
         for e in layout.entries:
@@ -165,68 +176,112 @@ class Linearization:
                 self.inputs.append([source])
             else:
                 self.inputs.append(list(e.buffer.params))
-        context = _substituted(game, values) if self.functional else contextlib.nullcontext()
-        with context:
+        with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
             self.losses = evaluate_losses(game, args, kwargs)
-        self.pieces: list[Tensor] = []  # per entry: differentiable ξ
-        for i, player in enumerate(game.players):
-            entries = [k for k, e in enumerate(layout.entries) if e.player == i]
-            inputs = [t for k in entries for t in self.inputs[k]]
-            if self.losses[i].grad_fn is None:
-                raise _no_path(player.name)
-            grads = torch.autograd.grad(self.losses[i], inputs, create_graph=True, allow_unused=True)
-            if all(g is None for g in grads):
-                raise _no_path(player.name)
-            pos = 0
-            for k in entries:
-                n = len(self.inputs[k])
-                self.pieces.append(self._as_flat(k, grads[pos : pos + n]))
-                pos += n
-        self.xi = self._to_vec([p.detach() for p in self.pieces])
+            self.pieces: list[Tensor] = [torch.empty(0)] * len(layout.entries)  # per entry: differentiable ξ
+            for i, player in enumerate(game.players):
+                if self.losses[i].grad_fn is None:
+                    raise _no_path(player.name)
+                grads = self._grad([self.losses[i]], None, self.entries_of[i], create_graph=True)
+                if all(g is None for g in grads.values()):
+                    raise _no_path(player.name)
+                for k, g in grads.items():
+                    self.pieces[k] = self._zeros(k) if g is None else g
+        self.xi = self._to_vec({k: p.detach() for k, p in enumerate(self.pieces)})
 
-    def _as_flat(self, k: int, grads: Sequence[Tensor | None]) -> Tensor:
-        entry = self.game.layout.entries[k]
-        if self.functional:
-            g = grads[0]
-            return (
-                torch.zeros(entry.buffer.numel, dtype=entry.buffer.dtype, device=entry.buffer.device)
-                if g is None
-                else g
-            )
-        return _flatten(entry, grads)
+    # ------------------------------------------------------------ primitives
+    def _zeros(self, k: int) -> Tensor:
+        buf = self.layout.entries[k].buffer
+        return torch.zeros(buf.numel, dtype=buf.dtype, device=buf.device)
 
-    def _to_vec(self, pieces: Sequence[Tensor]) -> Vec:
-        layout = self.game.layout
-        out = layout.zeros()
-        with torch.no_grad():
-            for e, t in zip(layout.entries, pieces):
-                layout.entry_view(out, e).copy_(t)
+    def _grad(
+        self, outputs: list[Tensor], grad_outputs: list[Tensor] | None, ins: list[int], create_graph: bool = False
+    ) -> dict[int, Tensor | None]:
+        """Reverse mode: Σ ⟨outputs, grad_outputs⟩ differentiated against the inputs
+        of entries ``ins``; one flat tensor (or None if unreachable) per entry."""
+        keep = [n for n, o in enumerate(outputs) if o.requires_grad]
+        inputs = [t for k in ins for t in self.inputs[k]]
+        if not keep:
+            return dict.fromkeys(ins)
+        grads = torch.autograd.grad(
+            [outputs[n] for n in keep],
+            inputs,
+            grad_outputs=None if grad_outputs is None else [grad_outputs[n] for n in keep],
+            retain_graph=True,
+            create_graph=create_graph,
+            allow_unused=True,
+        )
+        out: dict[int, Tensor | None] = {}
+        pos = 0
+        for k in ins:
+            n = len(self.inputs[k])
+            part = grads[pos : pos + n]
+            pos += n
+            if all(g is None for g in part):
+                out[k] = None
+            elif self.functional:
+                out[k] = part[0]
+            else:
+                out[k] = _flatten(self.layout.entries[k], part)
         return out
 
-    def _split(self, v: Vec) -> list[Tensor]:
-        layout = self.game.layout
-        return [layout.entry_view(v, e) for e in layout.entries]
+    def _reverse(self, outs: list[int], u: Vec, ins: list[int]) -> dict[int, Tensor | None]:
+        """Σ_{k in outs} (∂ξ_k/∂w_ins)ᵀ u_k."""
+        pieces = [self.pieces[k] for k in outs]
+        us = [self.layout.entry_view(u, self.layout.entries[k]) for k in outs]
+        return self._grad(pieces, us, ins)
 
-    def _differentiable(self) -> tuple[list[Tensor], list[int]]:
-        keep = [k for k, p in enumerate(self.pieces) if p.requires_grad]
-        return [self.pieces[k] for k in keep], keep
+    def _to_vec(self, parts: dict[int, Tensor | None]) -> Vec:
+        out = self.layout.zeros()
+        with torch.no_grad():
+            for k, t in parts.items():
+                if t is not None:
+                    self.layout.entry_view(out, self.layout.entries[k]).copy_(t)
+        return out
 
-    def vjp(self, v: Vec) -> Vec:
-        """Jᵀ v."""
-        pieces, keep = self._differentiable()
-        flat_inputs = [t for ts in self.inputs for t in ts]
-        if not pieces:
-            return self.game.layout.zeros()
-        vs = self._split(v)
-        grads = torch.autograd.grad(
-            pieces, flat_inputs, grad_outputs=[vs[k] for k in keep], retain_graph=True, allow_unused=True
-        )
-        out, pos = [], 0
-        for k in range(len(self.inputs)):
-            n = len(self.inputs[k])
-            out.append(self._as_flat(k, grads[pos : pos + n]).detach())
-            pos += n
-        return self._to_vec(out)
+    def _all(self) -> list[int]:
+        return list(range(len(self.layout.entries)))
+
+    # -------------------------------------------------------------- products
+    def vjp(self, u: Vec) -> Vec:
+        """Jᵀ u."""
+        return self._to_vec(self._reverse(self._all(), u, self._all()))
+
+    def diag(self, v: Vec) -> Vec:
+        """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
+        parts: dict[int, Tensor | None] = {}
+        for ks in self.entries_of:
+            parts.update(self._reverse(ks, v, ks))
+        return self._to_vec(parts)
+
+    def offdiag_vjp(self, u: Vec) -> Vec:
+        """H_oᵀ u = Jᵀ u − D u."""
+        return list(torch._foreach_sub(self.vjp(u), self.diag(u)))
+
+    def offdiag_jvp(self, v: Vec) -> Vec:
+        """H_o v = J v − D v (the diagonal blocks are symmetric Hessians)."""
+        return list(torch._foreach_sub(self.jvp(v), self.diag(v)))
+
+    def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
+        """(∂ξ_i/∂w_j)ᵀ u_i, in player j's part of the result."""
+        return self._to_vec(self._reverse(self.entries_of[i], u, self.entries_of[j]))
+
+    def cross_gradients(self) -> list[Vec]:
+        """For each player i, the joint vector (∇_{w_j} f_i)_{j≠i} (zero in i's own part)."""
+        out = []
+        for i in range(len(self.entries_of)):
+            others = [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
+            parts = self._grad([self.losses[i]], None, others) if others else {}
+            out.append(self._to_vec({k: None if g is None else g.detach() for k, g in parts.items()}))
+        return out
+
+    def chi(self) -> Vec:
+        """χ = diag(H_oᵀ ∇L): χ_i = Σ_{j≠i} (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i. 2n reverse passes."""
+        parts: dict[int, Tensor | None] = {}
+        for i, g in enumerate(self.cross_gradients()):
+            others = [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
+            parts.update(self._reverse(others, g, self.entries_of[i]))
+        return self._to_vec(parts)
 
     def jvp(self, v: Vec) -> Vec:
         """J v: forward-over-reverse where possible, else the double-vjp trick."""
@@ -235,40 +290,51 @@ class Linearization:
             try:
                 with fwAD.dual_level():
                     dual = Linearization(game, self.args, self.kwargs, tangent=v)
-                    tangents = [fwAD.unpack_dual(p).tangent for p in dual.pieces]
-                pieces = [torch.zeros_like(p) if t is None else t.detach() for p, t in zip(self.pieces, tangents)]
-                return self._to_vec(pieces)
+                    tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
+                return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
             except (RuntimeError, NotImplementedError) as err:
-                if "forward" not in str(err).lower() and "not implemented" not in str(err).lower():
-                    raise
                 log.info("forward-mode AD unavailable (%s); using double backward for Jv", err)
                 game._forward_mode_ok = False
         return self._jvp_double_backward(v)
 
-    def _jvp_double_backward(self, v: Vec) -> Vec:
-        pieces, keep = self._differentiable()
-        if not pieces:
-            return self.game.layout.zeros()
-        flat_inputs = [t for ts in self.inputs for t in ts]
-        us = [torch.zeros_like(p, requires_grad=True) for p in pieces]
-        w = torch.autograd.grad(pieces, flat_inputs, grad_outputs=us, create_graph=True, allow_unused=True)
-        vs_entries = self._split(v)
-        vs = [vs_entries[k] for k, ts in enumerate(self.inputs) for _ in ts]
-        if not self.functional:
-            layout = self.game.layout
-            vs = []
-            for e in layout.entries:
-                vs.extend(e.buffer.views(layout.entry_view(v, e)))
-        pairs = [(wi, vi) for wi, vi in zip(w, vs) if wi is not None and wi.requires_grad]
-        out = [torch.zeros_like(p) for p in self.pieces]
-        if pairs:
-            res = torch.autograd.grad(
-                [a for a, _ in pairs], us, grad_outputs=[b for _, b in pairs], retain_graph=True, allow_unused=True
-            )
-            for k, r in zip(keep, res):
-                if r is not None:
-                    out[k] = r.detach()
-        return self._to_vec(out)
+    def _transposed(self, offdiag: bool) -> tuple[list[Tensor], dict[int, Tensor | None]]:
+        """The graph of u ↦ Jᵀu (or H_oᵀu) for a dummy u, built once and kept."""
+        key = "offdiag" if offdiag else "full"
+        cache = self.__dict__.setdefault("_transposed_cache", {})
+        if key not in cache:
+            us = [torch.zeros_like(p, requires_grad=True) for p in self.pieces]
+            outs = [k for k, p in enumerate(self.pieces) if p.requires_grad]
+            res = self._grad([self.pieces[k] for k in outs], [us[k] for k in outs], self._all(), create_graph=True)
+            if offdiag:
+                for ks in self.entries_of:
+                    own = [k for k in ks if k in outs]
+                    d = self._grad([self.pieces[k] for k in own], [us[k] for k in own], ks, create_graph=True)
+                    for k, t in d.items():
+                        if t is not None:
+                            res[k] = -t if res[k] is None else res[k] - t
+            cache[key] = (us, res)
+        return cache[key]
+
+    def _jvp_double_backward(self, v: Vec, offdiag: bool = False) -> Vec:
+        """J v (or H_o v) = ∂/∂u ⟨Jᵀu, v⟩: Jᵀu is linear in u, its graph is kept,
+        so repeated products (Krylov solvers) cost one reverse pass each."""
+        us, res = self._transposed(offdiag)
+        pairs = [(t, self.layout.entry_view(v, self.layout.entries[k])) for k, t in res.items()]
+        pairs = [(t, w) for t, w in pairs if t is not None and t.requires_grad]
+        if not pairs:
+            return self.layout.zeros()
+        out = torch.autograd.grad(
+            [t for t, _ in pairs], us, grad_outputs=[w for _, w in pairs], retain_graph=True, allow_unused=True
+        )
+        return self._to_vec({k: None if r is None else r.detach() for k, r in enumerate(out)})
+
+    def jvp_repeated(self, v: Vec) -> Vec:
+        """J v for many v at this point: after the first call, one reverse pass each."""
+        return self._jvp_double_backward(v)
+
+    def offdiag_jvp_repeated(self, v: Vec) -> Vec:
+        """H_o v for many v at this point: after the first call, one reverse pass each."""
+        return self._jvp_double_backward(v, offdiag=True)
 
 
 def linearize(game: Game, args: tuple, kwargs: dict[str, Any]) -> Linearization:

@@ -117,7 +117,8 @@ class FlatBuffer:
         return [_view(chunks[i], s) for i, s in zip(self._chunk_index, self.segments)]
 
     def _install(self, data: Tensor, grad: Tensor) -> None:
-        """Copy the parameters' current values into ``data`` and make them views of it."""
+        """Copy the parameters' current values (and gradients) into ``data`` (and ``grad``)
+        and make them views of it."""
         # A parameter referenced by a live autograd graph (its AccumulateGrad node) cannot
         # move: swap_tensors would only poison that node and fail at the next backward.
         # Check them all before swapping any, so a refusal leaves everything untouched.
@@ -130,8 +131,11 @@ class FlatBuffer:
             handle.remove()  # our previous relinking hooks; fresh ones are added below
         data_views, grad_views = self.views(data), self.views(grad)
         with torch.no_grad():
-            for p, view in zip(self.params, data_views):
+            for p, view, gview in zip(self.params, data_views, grad_views):
                 view.copy_(p.detach())
+                g = p.grad  # keep an existing gradient (fusing after a backward, or re-fusing)
+                if g is not None and g is not gview and g.shape == p.shape:
+                    gview.copy_(g.to_dense() if g.is_sparse else g.detach())
         for p, view, gview in zip(self.params, data_views, grad_views):
             new = nn.Parameter(view, requires_grad=p.requires_grad)
             new.__dict__.update(p.__dict__)

@@ -95,6 +95,13 @@ class JointLayout:
                 self.entry_view(vec, e).copy_(t.detach())
         return vec
 
+    def only(self, vec: Vec, player: int) -> Vec:
+        """A copy of ``vec`` with every part but ``player``'s set to zero."""
+        out = self.zeros()
+        for e in self.by_player[player]:
+            self.entry_view(out, e).copy_(self.entry_view(vec, e))
+        return out
+
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """Multiply each player's part of ``vec`` by its factor, in place."""
         for g, t in enumerate(vec):

@@ -1,0 +1,1 @@
+"""Reusable players: networks and losses only (no optimizer logic)."""

@@ -32,6 +32,7 @@ class TestGame:
     losses_fn: Callable[[list[Tensor]], list[Tensor]]
     xi_ref: Callable[[list[Tensor]], list[Tensor]]
     jac_ref: Callable[[list[Tensor]], Tensor] | None = None
+    grads_ref: Callable[[list[Tensor]], list[list[Tensor]]] | None = None  # [i][j] = ∇_{w_j} f_i
     modules: list[VecModule] = field(default_factory=list)
 
     def build(
@@ -62,7 +63,11 @@ def bilinear(n: int = 3, seed: int = 0) -> TestGame:
         z = torch.zeros(n, n, dtype=torch.float64)
         return torch.cat([torch.cat([z, A], 1), torch.cat([-A.T, z], 1)])
 
-    return TestGame("bilinear", init, losses, xi, jac)
+    def grads(ws):
+        x, y = ws
+        return [[A @ y, A.T @ x], [-(A @ y), -(A.T @ x)]]
+
+    return TestGame("bilinear", init, losses, xi, jac, grads)
 
 
 def quadratic(n_players: int = 3, dim: int = 2, seed: int = 1) -> TestGame:
@@ -110,7 +115,16 @@ def quadratic(n_players: int = 3, dim: int = 2, seed: int = 1) -> TestGame:
             rows.append(torch.cat([S[i] if i == j else B[i, j] for j in range(n_players)], 1))
         return torch.cat(rows)
 
-    return TestGame("quadratic", init, losses, xi, jac)
+    def grads(ws):
+        out = []
+        for i in range(n_players):
+            row = []
+            for j in range(n_players):
+                row.append(xi(ws)[i] if i == j else B[i, j].T @ ws[i])
+            out.append(row)
+        return out
+
+    return TestGame("quadratic", init, losses, xi, jac, grads)
 
 
 def nonquadratic(seed: int = 2) -> TestGame:
@@ -141,7 +155,17 @@ def nonquadratic(seed: int = 2) -> TestGame:
         sizes = [w.numel() for w in ws]
         return torch.autograd.functional.jacobian(lambda f: torch.cat(xi(list(torch.split(f, sizes)))), flat)
 
-    return TestGame("nonquadratic", init, losses, xi, jac)
+    def grads(ws):
+        out = []
+        for i in range(3):
+            row = [None, None, None]
+            row[i] = xi(ws)[i]
+            row[(i + 1) % 3] = (ws[i] @ ws[i]) * ws[(i + 1) % 3]
+            row[(i + 2) % 3] = a[i] * torch.tanh(ws[i])
+            out.append(row)
+        return out
+
+    return TestGame("nonquadratic", init, losses, xi, jac, grads)
 
 
 GAMES = {"bilinear": bilinear, "quadratic": quadratic, "nonquadratic": nonquadratic}

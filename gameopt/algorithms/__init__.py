@@ -1,8 +1,27 @@
 """Game optimization algorithms, one small file per family."""
 
 from .base import Algorithm
+from .cgd import ACGD, CGD
 from .extragradient import Extragradient, Optimistic
 from .gradient_play import AltGD, SimGD
+from .hamiltonian import ConsensusOptimization, HamiltonianGD
 from .lookahead import Lookahead
+from .sga import SGA
+from .shaping import LA, LOLA, SOS
 
-__all__ = ["Algorithm", "AltGD", "Extragradient", "Lookahead", "Optimistic", "SimGD"]
+__all__ = [
+    "ACGD",
+    "CGD",
+    "LA",
+    "LOLA",
+    "SGA",
+    "SOS",
+    "Algorithm",
+    "AltGD",
+    "ConsensusOptimization",
+    "Extragradient",
+    "HamiltonianGD",
+    "Lookahead",
+    "Optimistic",
+    "SimGD",
+]

@@ -1,0 +1,61 @@
+"""Hamiltonian gradient descent and consensus optimization."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..updates import UpdateRule
+from .base import Algorithm, State
+
+if TYPE_CHECKING:
+    from ..game import Oracle
+    from ..layout import Vec
+
+
+class HamiltonianGD(Algorithm):
+    """Hamiltonian gradient descent (Balduzzi et al. 2018, "The Mechanics of
+    n-Player Differentiable Games"; Loizou et al. 2020): descend the Hamiltonian
+    ℋ = ½‖ξ‖², whose gradient is Jᵀξ:
+
+    .. math:: w_{t+1} = w_t - η \\, u(J^⊤ ξ)
+
+    Args:
+        lr: η, one float or one per player.
+        update: per-player update rule (default: plain gradient).
+    """
+
+    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
+        super().__init__(lr, update)
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"])
+        return delta, {"rule": rule_state}
+
+
+class ConsensusOptimization(Algorithm):
+    """Consensus optimization (Mescheder et al. 2017, "The Numerics of GANs"):
+
+    .. math:: w_{t+1} = w_t - η \\, u(ξ + γ J^⊤ ξ)
+
+    Args:
+        lr: η, one float or one per player.
+        gamma: γ ≥ 0, the weight of the Hamiltonian's gradient.
+        update: per-player update rule (default: plain gradient; the paper uses RMSProp-like steps).
+    """
+
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, gamma: float = 0.1, update: UpdateRule | None = None
+    ) -> None:
+        if not gamma >= 0:
+            raise ValueError(f"gamma must be non-negative, got {gamma}")
+        super().__init__(lr, update, gamma=float(gamma))
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        direction = list(torch._foreach_add(lin.xi, lin.vjp(lin.xi), alpha=self.hyper["gamma"]))
+        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        return delta, {"rule": rule_state}

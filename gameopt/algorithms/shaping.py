@@ -1,0 +1,131 @@
+"""Look-ahead and opponent shaping: LA, LOLA, SOS (n players)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..updates import UpdateRule
+from .base import Algorithm, State
+
+if TYPE_CHECKING:
+    from ..autodiff import Linearization
+    from ..game import Oracle
+    from ..layout import Vec
+
+
+def _lookahead(lin: Linearization, alpha: float) -> Vec:
+    """ξ₀ = (I − α H_o) ξ."""
+    return list(torch._foreach_add(lin.xi, lin.offdiag_jvp(lin.xi), alpha=-alpha))
+
+
+class LA(Algorithm):
+    """Look-ahead (Zhang & Lesser 2010; Letcher et al. 2019, "Stable Opponent
+    Shaping"): each player anticipates the others' next gradient step,
+
+    .. math:: w_{t+1} = w_t - η \\, u(ξ_0), \\qquad ξ_0 = (I - α H_o) ξ,
+
+    with H_o the off-diagonal blocks of the game Jacobian.
+
+    Args:
+        lr: η, one float or one per player.
+        alpha: α, the anticipated opponents' learning rate.
+        update: per-player update rule (default: plain gradient).
+    """
+
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, alpha: float = 1.0, update: UpdateRule | None = None
+    ) -> None:
+        super().__init__(lr, update, alpha=float(alpha))
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        delta, rule_state = self.descend(oracle, _lookahead(lin, self.hyper["alpha"]), state["rule"])
+        return delta, {"rule": rule_state}
+
+
+class LOLA(Algorithm):
+    """Learning with opponent-learning awareness (Foerster et al. 2018), in the
+    n-player form of Letcher et al. 2019:
+
+    .. math::
+        w_{t+1} = w_t - η \\, u(ξ_0 - α χ), \\qquad
+        χ_i = \\sum_{j≠i} (∂ξ_j/∂w_i)^⊤ ∇_{w_j} f_i.
+
+    ``shaping_only=True`` gives Foerster et al.'s original ξ − αχ. Costs O(n)
+    reverse passes for n players.
+
+    Args:
+        lr: η, one float or one per player.
+        alpha: α, the anticipated opponents' learning rate.
+        shaping_only: drop the look-ahead term (ξ − αχ).
+        update: per-player update rule (default: plain gradient).
+    """
+
+    def __init__(
+        self,
+        lr: float | Sequence[float] = 1e-3,
+        alpha: float = 1.0,
+        shaping_only: bool = False,
+        update: UpdateRule | None = None,
+    ) -> None:
+        super().__init__(lr, update, alpha=float(alpha), shaping_only=bool(shaping_only))
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        alpha = self.hyper["alpha"]
+        base = lin.xi if self.hyper["shaping_only"] else _lookahead(lin, alpha)
+        direction = list(torch._foreach_add(base, lin.chi(), alpha=-alpha))
+        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        return delta, {"rule": rule_state}
+
+
+class SOS(Algorithm):
+    """Stable opponent shaping (Letcher et al. 2019, "Stable Opponent Shaping in
+    Differentiable Games"):
+
+    .. math:: w_{t+1} = w_t - η \\, u(ξ_0 - p α χ), \\qquad p = \\min(p_1, p_2),
+
+    p₁ = 1 if ⟨−αχ, ξ₀⟩ ≥ 0, else min(1, −a‖ξ₀‖² / ⟨−αχ, ξ₀⟩);
+    p₂ = ‖ξ‖² if ‖ξ‖ < b, else 1. p is computed on the device (no host sync).
+
+    Args:
+        lr: η, one float or one per player.
+        alpha: α, the anticipated opponents' learning rate.
+        a: in (0, 1), the alignment threshold of p₁.
+        b: the gradient-norm threshold of p₂.
+        update: per-player update rule (default: plain gradient).
+    """
+
+    def __init__(
+        self,
+        lr: float | Sequence[float] = 1e-3,
+        alpha: float = 1.0,
+        a: float = 0.5,
+        b: float = 0.1,
+        update: UpdateRule | None = None,
+    ) -> None:
+        if not 0.0 < a < 1.0:
+            raise ValueError(f"a must be in (0, 1), got {a}")
+        if not b > 0.0:
+            raise ValueError(f"b must be positive, got {b}")
+        super().__init__(lr, update, alpha=float(alpha), a=float(a), b=float(b))
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        alpha, a, b = self.hyper["alpha"], self.hyper["a"], self.hyper["b"]
+        xi0 = _lookahead(lin, alpha)
+        chi = lin.chi()
+        inner = -alpha * oracle.dot(chi, xi0)
+        one = torch.ones_like(inner)
+        p1 = torch.where(inner >= 0, one, torch.clamp(-a * oracle.dot(xi0, xi0) / inner, max=1.0))
+        xi_sq = oracle.dot(lin.xi, lin.xi)
+        p2 = torch.where(xi_sq.sqrt() < b, xi_sq, one)
+        p = torch.minimum(p1, p2)
+        for t in chi:
+            t.mul_(p.to(t.device, t.dtype))
+        direction = list(torch._foreach_add(xi0, chi, alpha=-alpha))
+        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        return delta, {"rule": rule_state}

@@ -1,0 +1,75 @@
+"""Generator and discriminator MLPs for 2-D data, mixture-of-Gaussians data, and
+the non-saturating GAN losses."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+
+def mlp(n_in: int, n_out: int, hidden: int = 64, depth: int = 2) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    width = n_in
+    for _ in range(depth):
+        layers += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    layers.append(nn.Linear(width, n_out))
+    return nn.Sequential(*layers)
+
+
+class Generator(nn.Module):
+    def __init__(self, latent: int = 2, hidden: int = 64, depth: int = 2) -> None:
+        super().__init__()
+        self.latent = latent
+        self.net = mlp(latent, 2, hidden, depth)
+
+    def forward(self, z: Tensor) -> Tensor:
+        return self.net(z)
+
+
+class Discriminator(nn.Module):
+    def __init__(self, hidden: int = 64, depth: int = 2) -> None:
+        super().__init__()
+        self.net = mlp(2, 1, hidden, depth)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x).squeeze(-1)
+
+
+def ring_modes(n: int = 8, radius: float = 2.0) -> Tensor:
+    angles = torch.arange(n, dtype=torch.float32) * (2 * math.pi / n)
+    return torch.stack([radius * torch.cos(angles), radius * torch.sin(angles)], 1)
+
+
+def grid_modes(k: int = 5, spacing: float = 2.0) -> Tensor:
+    r = (torch.arange(k, dtype=torch.float32) - (k - 1) / 2) * spacing
+    return torch.cartesian_prod(r, r)
+
+
+def sample_mixture(modes: Tensor, n: int, std: float, generator: torch.Generator | None = None) -> Tensor:
+    idx = torch.randint(len(modes), (n,), generator=generator)
+    return modes[idx] + std * torch.randn(n, 2, generator=generator)
+
+
+def gan_losses(gen: Generator, disc: Discriminator, x: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+    """Non-saturating GAN: the generator minimizes −log D(G(z)), the discriminator
+    minimizes −log D(x) − log(1 − D(G(z))). One forward of each network."""
+    real, fake = disc(x), disc(gen(z))
+    d_loss = F.softplus(-real).mean() + F.softplus(fake).mean()
+    g_loss = F.softplus(-fake).mean()
+    return g_loss, d_loss
+
+
+def mode_metrics(samples: Tensor, modes: Tensor, std: float) -> tuple[int, float]:
+    """Modes covered (a mode counts when it holds ≥ 1/4 of its fair share of
+    high-quality samples) and the percentage of high-quality samples (within 3σ
+    of some mode)."""
+    dist = torch.cdist(samples, modes)
+    nearest = dist.min(1)
+    good = nearest.values < 3 * std
+    counts = torch.bincount(nearest.indices[good], minlength=len(modes))
+    fair = len(samples) / len(modes)
+    return int((counts >= 0.25 * fair).sum()), 100.0 * float(good.float().mean())
