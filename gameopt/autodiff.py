@@ -93,13 +93,13 @@ def _substituted(game: Game, values: dict[int, Tensor]) -> Iterator[None]:
         for player in game.players:
             for p, places in zip(player._params, player._owners):
                 for sub, name in places:
-                    del sub._parameters[name]
-                    setattr(sub, name, values[id(p)])
+                    # assign in the dict itself (as torch.func.functional_call does):
+                    # the module's parameter order stays as it was
+                    sub._parameters[name] = values[id(p)]
                     swapped.append((sub, name, p))
         yield
     finally:
         for sub, name, p in reversed(swapped):
-            delattr(sub, name)
             sub._parameters[name] = p
 
 

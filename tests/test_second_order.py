@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from games import GAMES
 
 import gameopt
-from games import GAMES
 
 
 def _blocks(tg, ws):
