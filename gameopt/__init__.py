@@ -1,5 +1,6 @@
 """gameopt: optimization of differentiable multi-player games in PyTorch."""
 
+from . import diagnostics
 from .algorithms import (
     ACGD,
     CGD,
@@ -22,6 +23,7 @@ from .player import Player
 from .updates import Adam, Momentum, Plain, UpdateRule
 
 __all__ = [
+    "diagnostics",
     "ACGD",
     "CGD",
     "LA",

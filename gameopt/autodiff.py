@@ -123,7 +123,8 @@ def jacobian_mode(game: Game) -> Iterator[None]:
         torch._C._set_mkldnn_enabled(mkldnn)
         with torch.no_grad():
             for b, copy in saved:
-                b.copy_(copy)
+                # through .data: the graph may have saved b, and must not see a version bump
+                b.data.copy_(copy)
 
 
 def _make_dual(primal: Tensor, tangent: Tensor) -> Tensor:

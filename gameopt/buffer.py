@@ -68,13 +68,17 @@ class FlatBuffer:
             (``None``: tight packing). Padding is zero and stays zero.
     """
 
-    def __init__(self, params: Sequence[nn.Parameter], align: int | None = None) -> None:
+    def __init__(
+        self, params: Sequence[nn.Parameter], align: int | None = None, modules: Sequence[nn.Module] = ()
+    ) -> None:
         if not params:
             raise ValueError("FlatBuffer needs at least one parameter")
         self.device = params[0].device
         self.dtype = params[0].dtype
         self.align = align
         self.params = list(params)
+        # recurrent layers keep weak references to their weights, which swap_tensors refuses
+        self._rnns = [m for m in modules if isinstance(m, nn.RNNBase)]
         self.segments, self.numel = self._layout(self.params, align)
         self.num_elements = sum(s.numel for s in self.segments)
         sizes, self._chunk_index = [], []
@@ -136,6 +140,8 @@ class FlatBuffer:
                 g = p.grad  # keep an existing gradient (fusing after a backward, or re-fusing)
                 if g is not None and g is not gview and g.shape == p.shape:
                     gview.copy_(g.to_dense() if g.is_sparse else g.detach())
+        for rnn in self._rnns:
+            rnn._flat_weight_refs = []
         for p, view, gview in zip(self.params, data_views, grad_views):
             new = nn.Parameter(view, requires_grad=p.requires_grad)
             new.__dict__.update(p.__dict__)
@@ -150,6 +156,8 @@ class FlatBuffer:
                 if hooks is not None:
                     setattr(p, attr, hooks)
             p.grad = gview
+        for rnn in self._rnns:
+            rnn._init_flat_weights()
         self.data, self.grad = data, grad
         self._grad_views = grad_views
         self._ptrs = [p.data_ptr() for p in self.params]

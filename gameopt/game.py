@@ -214,6 +214,13 @@ class Game:
         self._sync()
         return autodiff.linearize(self, args, kwargs)
 
+    def jacobian_operator(self, *args: Any, **kwargs: Any) -> Any:
+        """J at the current point as a ``scipy.sparse.linalg.LinearOperator`` (see
+        :mod:`gameopt.diagnostics`)."""
+        from .diagnostics import jacobian_operator
+
+        return jacobian_operator(self, *args, **kwargs)
+
     def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()

@@ -96,7 +96,8 @@ class Player:
             if p.layout != torch.strided:
                 raise ValueError(f"player {self.name!r}: only strided (dense) parameters can be fused")
             groups.setdefault((p.device, p.dtype), []).append(p)
-        self.buffers: tuple[FlatBuffer, ...] = tuple(FlatBuffer(g, self.align) for g in groups.values())
+        modules = list(self.module.modules()) if self.module is not None else []
+        self.buffers: tuple[FlatBuffer, ...] = tuple(FlatBuffer(g, self.align, modules) for g in groups.values())
         self._params = params
         self._owners = owners
         self._where = {id(p): (b, i) for b in self.buffers for i, p in enumerate(b.params)}
