@@ -75,6 +75,20 @@ ALGORITHMS = [
 ]
 IDS = [a.name for a in ALGORITHMS]
 
+# second-order methods join the generic checks (their closed-form tests live in test_second_order.py)
+GENERIC = [
+    *ALGORITHMS,
+    AlgoInfo("HamiltonianGD", lambda lr: gameopt.HamiltonianGD(lr), "", {}),
+    AlgoInfo("Consensus-Adam", lambda lr: gameopt.ConsensusOptimization(lr, 0.5, update=gameopt.Adam()), "", {}),
+    AlgoInfo("SGA", lambda lr: gameopt.SGA(lr), "", {}),
+    AlgoInfo("CGD", lambda lr: gameopt.CGD(lr, tol=1e-6), "", {}),
+    AlgoInfo("LA", lambda lr: gameopt.LA(lr, alpha=0.3), "", {}),
+    AlgoInfo("LOLA", lambda lr: gameopt.LOLA(lr, alpha=0.3, update=gameopt.Momentum(0.5)), "", {}),
+    AlgoInfo("SOS", lambda lr: gameopt.SOS(lr, alpha=0.3), "", {}),
+    AlgoInfo("Lookahead-CGD", lambda lr: gameopt.Lookahead(gameopt.CGD(lr, tol=1e-6), k=2), "", {}),
+]
+GENERIC_IDS = [a.name for a in GENERIC]
+
 
 def _lrs(n: int) -> list[float]:
     return [0.05 + 0.02 * i for i in range(n)]  # per-player learning rates
@@ -98,7 +112,7 @@ def test_matches_closed_form(info: AlgoInfo, game_name: str, raw: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("info", ALGORITHMS, ids=IDS)
+@pytest.mark.parametrize("info", GENERIC, ids=GENERIC_IDS)
 def test_resume_is_bit_exact(info: AlgoInfo, dtype: torch.dtype) -> None:
     tg = GAMES["nonquadratic"]()
     lrs = _lrs(3)
@@ -123,7 +137,7 @@ def test_resume_is_bit_exact(info: AlgoInfo, dtype: torch.dtype) -> None:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("info", ALGORITHMS, ids=IDS)
+@pytest.mark.parametrize("info", GENERIC, ids=GENERIC_IDS)
 def test_float32_tracks_float64(info: AlgoInfo) -> None:
     tg = GAMES["quadratic"]()
     lrs = _lrs(3)

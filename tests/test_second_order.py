@@ -169,3 +169,25 @@ def test_linearization_products(game_name, raw) -> None:
     }
     for name, (got, want) in cases.items():
         torch.testing.assert_close(flat(got), want, rtol=1e-11, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("make", [lambda: gameopt.ACGD([0.2, 0.1]), lambda: gameopt.CGD([0.2, 0.1], zero_sum=True)])
+def test_zero_sum_solvers_resume_bit_exact(make) -> None:
+    import io
+
+    tg = GAMES["bilinear"]()
+    game = tg.build(make())
+    for _ in range(6):
+        game.step()
+    straight = tg.params()
+    game = tg.build(make())
+    for _ in range(3):
+        game.step()
+    buf = io.BytesIO()
+    torch.save(game.state_dict(), buf)
+    buf.seek(0)
+    resumed = tg.build(make())
+    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    for _ in range(3):
+        resumed.step()
+    assert all(torch.equal(a, b) for a, b in zip(tg.params(), straight))
