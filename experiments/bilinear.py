@@ -1,0 +1,142 @@
+"""Bilinear game min_x max_y xᵀAy: distance to the equilibrium (0, 0) per algorithm.
+
+python -m experiments.bilinear --algorithm extragradient --lr 0.1 --steps 500
+python -m experiments.bilinear --figures      # regenerate figures/bilinear_*.png
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from experiments.common import Run, algorithm_from_args, check_args, figures_dir, main_guard, make_algorithm, parser
+from players.quadratic import QuadraticPlayer, bilinear_losses
+
+DIM = 10
+
+
+def setup(seed: int, dim: int = DIM):
+    """A well-conditioned A (singular values in [1, 2]) and a random start."""
+    g = torch.Generator().manual_seed(seed)
+    q1, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g, dtype=torch.float64))
+    q2, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g, dtype=torch.float64))
+    A = q1 @ torch.diag(torch.linspace(1.0, 2.0, dim, dtype=torch.float64)) @ q2
+    x = QuadraticPlayer(torch.randn(dim, generator=g, dtype=torch.float64))
+    y = QuadraticPlayer(torch.randn(dim, generator=g, dtype=torch.float64))
+    return A, x, y
+
+
+def build(algorithm, seed: int):
+    import gameopt
+
+    A, x, y = setup(seed)
+    game = gameopt.Game(
+        [gameopt.Player(x, name="x"), gameopt.Player(y, name="y")], bilinear_losses(x, y, A), algorithm=algorithm
+    )
+    return game, x, y
+
+
+def distance(x, y) -> float:
+    return float(torch.sqrt(x.w.detach() @ x.w.detach() + y.w.detach() @ y.w.detach()))
+
+
+def trajectory(name: str, lr: float, steps: int, seed: int = 0, hyper: dict | None = None) -> list[float]:
+    game, x, y = build(make_algorithm(name, lr, hyper), seed)
+    out = [distance(x, y)]
+    for _ in range(steps):
+        try:
+            game.step()
+        except FloatingPointError:
+            break
+        out.append(distance(x, y))
+        if out[-1] > 1e6:
+            break
+    return out
+
+
+@main_guard
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__, algorithm="extragradient", lr=0.1, steps=500, out="runs/bilinear")
+    p.add_argument("--figures", action="store_true", help="regenerate the comparison figures in figures/")
+    args = p.parse_args(argv)
+    if args.figures:
+        make_figures(args.no_progress)
+        return 0
+    check_args(args)
+    game, x, y = build(algorithm_from_args(args), args.seed)
+    run = Run(
+        "bilinear", args, {"algorithm": args.algorithm, "lr": args.lr, "hp": args.hp, "seed": args.seed, "dim": DIM}
+    )
+    extra: dict = {}
+    start = run.resume(game, extra)
+    for step in run.steps(start):
+        game.step()
+        run.log(step, {"distance": distance(x, y)})
+        run.maybe_checkpoint(step, game, extra)
+    final = distance(x, y)
+    run.finish({"final_distance": final, "params": [x.w.tolist(), y.w.tolist()]})
+    print(f"{args.algorithm}: distance to equilibrium after {args.steps} steps: {final:.3e}")
+    return 0
+
+
+COMPARED = {
+    "SimGD": ("simgd", {}),
+    "AltGD": ("altgd", {}),
+    "Extragradient": ("extragradient", {}),
+    "Optimistic": ("optimistic", {}),
+    "Consensus (γ=1)": ("consensus", {"gamma": 1.0}),
+    "SGA": ("sga", {}),
+    "CGD": ("cgd", {}),
+    "LA (α=η)": ("la", None),
+}
+
+
+def make_figures(quiet: bool = False) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    lr, steps = 0.2, 300
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = ["-", "--", "-.", ":"]
+    for k, (label, (name, hyper)) in enumerate(COMPARED.items()):
+        d = trajectory(name, lr, steps, hyper=hyper if hyper is not None else {"alpha": lr})
+        ax.semilogy(range(len(d)), d, styles[k % 4], label=label, lw=1.6)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("distance to equilibrium ‖(x, y)‖")
+    ax.set_title(f"Bilinear game min_x max_y xᵀAy (d={DIM}, η={lr})")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    path1 = figures_dir() / "bilinear_distance.png"
+    fig.savefig(path1, dpi=110)
+    plt.close(fig)
+
+    lrs = np.geomspace(0.01, 2.0, 14)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    kinds = {"converges": ("tab:green", "s"), "stays bounded": ("tab:orange", "o"), "diverges": ("tab:red", "x")}
+    seen = set()
+    for row, (name, hyper) in enumerate(COMPARED.values()):
+        for lr_ in lrs:
+            d = trajectory(name, float(lr_), 200, hyper=hyper if hyper is not None else {"alpha": float(lr_)})
+            ratio = d[-1] / d[0] if len(d) == 201 else np.inf
+            kind = "converges" if ratio < 0.5 else ("diverges" if ratio > 2 else "stays bounded")
+            color, marker = kinds[kind]
+            ax.scatter([lr_], [row], c=color, marker=marker, label=None if kind in seen else kind)
+            seen.add(kind)
+    ax.set_yticks(range(len(COMPARED)), list(COMPARED))
+    ax.set_xscale("log")
+    ax.set_xlabel("step size η")
+    ax.set_title("Bilinear game: behaviour after 200 steps by step size")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    path2 = figures_dir() / "bilinear_stepsizes.png"
+    fig.savefig(path2, dpi=110)
+    plt.close(fig)
+    return [str(path1), str(path2)]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
