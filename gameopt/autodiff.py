@@ -160,8 +160,9 @@ class Linearization:
     H_o = J − D, the off-diagonal blocks.
     """
 
-    def __init__(self, game: Game, args: tuple, kwargs: dict, tangent: Vec | None = None) -> None:
+    def __init__(self, game: Game, args: tuple, kwargs: dict, tangent: Vec | None = None, average: bool = True) -> None:
         self.game, self.args, self.kwargs = game, args, kwargs
+        self._mean = game._mean_
         layout = game.layout
         self.layout = layout
         self.entries_of = [[k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(game.players))]
@@ -189,6 +190,8 @@ class Linearization:
                 for k, g in grads.items():
                     self.pieces[k] = self._zeros(k) if g is None else g
         self.xi = self._to_vec({k: p.detach() for k, p in enumerate(self.pieces)})
+        if average:
+            self._mean(self.xi)
 
     # ------------------------------------------------------------ primitives
     def _zeros(self, k: int) -> Tensor:
@@ -244,53 +247,70 @@ class Linearization:
         return list(range(len(self.layout.entries)))
 
     # -------------------------------------------------------------- products
-    def vjp(self, u: Vec) -> Vec:
-        """Jᵀ u."""
+    # Every public product is averaged across ranks in a data-parallel game (one
+    # collective each); the underscored ones are this rank's alone.
+    def _vjp(self, u: Vec) -> Vec:
         return self._to_vec(self._reverse(self._all(), u, self._all()))
 
-    def diag(self, v: Vec) -> Vec:
-        """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
+    def _diag(self, v: Vec) -> Vec:
         parts: dict[int, Tensor | None] = {}
         for ks in self.entries_of:
             parts.update(self._reverse(ks, v, ks))
         return self._to_vec(parts)
 
+    def vjp(self, u: Vec) -> Vec:
+        """Jᵀ u."""
+        return self._mean(self._vjp(u))
+
+    def diag(self, v: Vec) -> Vec:
+        """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
+        return self._mean(self._diag(v))
+
     def offdiag_vjp(self, u: Vec) -> Vec:
         """H_oᵀ u = Jᵀ u − D u."""
-        return list(torch._foreach_sub(self.vjp(u), self.diag(u)))
+        return self._mean(list(torch._foreach_sub(self._vjp(u), self._diag(u))))
 
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v = J v − D v (the diagonal blocks are symmetric Hessians)."""
-        return list(torch._foreach_sub(self.jvp(v), self.diag(v)))
+        return self._mean(list(torch._foreach_sub(self._jvp(v), self._diag(v))))
 
     def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
         """(∂ξ_i/∂w_j)ᵀ u_i, in player j's part of the result."""
-        return self._to_vec(self._reverse(self.entries_of[i], u, self.entries_of[j]))
+        return self._mean(self._to_vec(self._reverse(self.entries_of[i], u, self.entries_of[j])))
 
     def cross_gradients(self) -> list[Vec]:
-        """For each player i, the joint vector (∇_{w_j} f_i)_{j≠i} (zero in i's own part)."""
+        """For each player i, the joint vector (∇_{w_j} f_i)_{j≠i} (zero in i's own part),
+        all averaged across ranks in one collective."""
         out = []
         for i in range(len(self.entries_of)):
             others = [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
             parts = self._grad([self.losses[i]], None, others) if others else {}
             out.append(self._to_vec({k: None if g is None else g.detach() for k, g in parts.items()}))
+        if self.game._parallel is not None:
+            stacked = [torch.cat([vec[g] for vec in out]) for g in range(len(out[0]))]
+            self._mean(stacked)
+            out = [[t.chunk(len(out))[i].clone() for t in stacked] for i in range(len(out))]
         return out
 
     def chi(self) -> Vec:
-        """χ = diag(H_oᵀ ∇L): χ_i = Σ_{j≠i} (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i. 2n reverse passes."""
+        """χ = diag(H_oᵀ ∇L): χ_i = Σ_{j≠i} (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i. 2n reverse passes;
+        in a data-parallel game both factors are full-batch averages."""
         parts: dict[int, Tensor | None] = {}
         for i, g in enumerate(self.cross_gradients()):
             others = [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
             parts.update(self._reverse(others, g, self.entries_of[i]))
-        return self._to_vec(parts)
+        return self._mean(self._to_vec(parts))
 
     def jvp(self, v: Vec) -> Vec:
         """J v: forward-over-reverse where possible, else the double-vjp trick."""
+        return self._mean(self._jvp(v))
+
+    def _jvp(self, v: Vec) -> Vec:
         game = self.game
         if self.functional and game._forward_mode_ok:
             try:
                 with fwAD.dual_level():
-                    dual = Linearization(game, self.args, self.kwargs, tangent=v)
+                    dual = Linearization(game, self.args, self.kwargs, tangent=v, average=False)
                     tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
                 return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
             except (RuntimeError, NotImplementedError) as err:
@@ -331,11 +351,11 @@ class Linearization:
 
     def jvp_repeated(self, v: Vec) -> Vec:
         """J v for many v at this point: after the first call, one reverse pass each."""
-        return self._jvp_double_backward(v)
+        return self._mean(self._jvp_double_backward(v))
 
     def offdiag_jvp_repeated(self, v: Vec) -> Vec:
         """H_o v for many v at this point: after the first call, one reverse pass each."""
-        return self._jvp_double_backward(v, offdiag=True)
+        return self._mean(self._jvp_double_backward(v, offdiag=True))
 
 
 def linearize(game: Game, args: tuple, kwargs: dict[str, Any]) -> Linearization:

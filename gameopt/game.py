@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from torch import Tensor, nn
 
 from . import autodiff
 from .algorithms.base import Algorithm, _check_like, _clone
+from .distributed import DataParallel
 from .layout import JointLayout, Vec, all_finite
 from .player import Player
 
@@ -49,18 +51,18 @@ class Oracle:
         parts are computed (the rest of the returned vector is meaningless).
         The result is the game's gradient buffer: valid until the next call."""
         which = range(self.num_players) if players is None else players
-        with self.game._at(at):
+        with self.game._at(at), self.game._together():
             losses = autodiff.first_order(self.game, list(which), self.args, self.kwargs)
+        grads = self.game._mean_(self.layout.grad)
         if self.losses is None:
             self.losses = tuple(losses)
-        grads = self.layout.grad
         if not all_finite(grads):
             raise NonFiniteError(self._where(losses, "the vector field ξ"))
         return grads
 
     def linearize(self, at: Vec | None = None) -> autodiff.Linearization:
         """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv."""
-        with self.game._at(at):
+        with self.game._at(at), self.game._together():
             lin = autodiff.linearize(self.game, self.args, self.kwargs)
         if self.losses is None:
             self.losses = tuple(l.detach() for l in lin.losses)
@@ -71,6 +73,8 @@ class Oracle:
     def _where(self, losses: Sequence[Tensor], what: str) -> str:
         bad = [p.name for p, l in zip(self.game.players, losses) if not torch.isfinite(l).all()]
         hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
+        if not bad and self.game._parallel is not None:
+            hint = " (on another rank: its losses failed or were not finite)"
         return f"{what} is not finite{hint}; the step was refused and nothing changed"
 
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
@@ -98,6 +102,14 @@ class Game:
         on_nonfinite: ``"raise"`` (default) refuses a step whose vector field or
             update is not finite with :class:`NonFiniteError`; ``"skip"`` skips it
             (counted in :attr:`skipped_steps`). Either way nothing changes.
+        process_group: a ``torch.distributed`` process group: the game becomes
+            data-parallel. Each rank evaluates its losses on its shard of the data;
+            every vector field and Jacobian product is averaged across ranks (one
+            collective per joint tensor), so all ranks apply the same update.
+            Parameters are broadcast from rank 0 here. A rank whose losses fail or
+            are not finite makes every rank refuse the step together.
+        check_replicas_every: in a data-parallel game, check every this many steps
+            that the ranks' parameters are still identical (0: never).
     """
 
     def __init__(
@@ -107,6 +119,8 @@ class Game:
         *,
         algorithm: Algorithm | None = None,
         on_nonfinite: str = "raise",
+        process_group: Any = None,
+        check_replicas_every: int = 0,
     ) -> None:
         from .algorithms import SimGD
 
@@ -130,8 +144,38 @@ class Game:
         self.algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
         if not isinstance(self.algorithm, Algorithm):
             raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(self.algorithm).__name__}")
+        self._parallel = DataParallel(process_group) if process_group is not None else None
+        self.check_replicas_every = int(check_replicas_every)
+        self._steps = 0
         self._build_layout()
+        if self._parallel is not None:
+            with torch.no_grad():
+                self._parallel.broadcast_(self.layout.data)
         self.algorithm.bind(self)
+
+    # ---------------------------------------------------------- data parallel
+    def _mean_(self, vec: Vec) -> Vec:
+        """Average a joint vector across ranks in place (identity without a process group)."""
+        if self._parallel is not None:
+            self._parallel.mean_(vec)
+        return vec
+
+    @contextlib.contextmanager
+    def _together(self) -> Any:
+        """A local evaluation that every rank finishes together: a rank whose losses
+        fail joins the vector field's collective with NaN (so the other ranks refuse
+        the step too, without deadlock), then raises its own error."""
+        try:
+            yield
+        except Exception:
+            if self._parallel is not None:
+                self._mean_([torch.full_like(t, float("nan")) for t in self.layout.grad])
+            raise
+
+    def check_replicas(self) -> None:
+        """Raise ``RuntimeError`` if the ranks' parameters differ (data-parallel games)."""
+        if self._parallel is not None:
+            self._parallel.check_replicas(self.layout.data)
 
     # ---------------------------------------------------------------- setup
     def _own_losses(self, *args: Any, **kwargs: Any) -> list[Tensor]:
@@ -206,8 +250,9 @@ class Game:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
         (a tuple of tensors for a player with several dtype/device groups)."""
         self._sync()
-        autodiff.first_order(self, range(len(self.players)), args, kwargs)
-        return self.layout.per_player([t.clone() for t in self.layout.grad])
+        with self._together():
+            autodiff.first_order(self, range(len(self.players)), args, kwargs)
+        return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
 
     def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
@@ -256,6 +301,9 @@ class Game:
         with torch.no_grad():
             torch._foreach_add_(self.layout.data, delta)
         self.algorithm.algo_state = new_state
+        self._steps += 1
+        if self.check_replicas_every and self._steps % self.check_replicas_every == 0:
+            self.check_replicas()
         return oracle.losses if oracle.losses is not None else ()
 
     # ----------------------------------------------------------- checkpoints

@@ -1,0 +1,199 @@
+"""Data-parallel games on torch.distributed (gloo, loopback, 2 and 3 ranks spawned
+with torch.multiprocessing): parity with single-process full-batch runs, the number
+of collectives per step, failure on one rank, checkpoint and resume."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+import gameopt
+
+ALGORITHMS = {
+    "SimGD": lambda: gameopt.SimGD([0.05, 0.03]),
+    "Extragradient": lambda: gameopt.Extragradient(0.05),
+    "Optimistic": lambda: gameopt.Optimistic(0.05, update=gameopt.Adam()),
+    "Consensus": lambda: gameopt.ConsensusOptimization(0.05, gamma=0.5),
+    "SGA": lambda: gameopt.SGA(0.05),
+    "CGD": lambda: gameopt.CGD(0.05, tol=1e-12, maxiter=4),
+    "LOLA": lambda: gameopt.LOLA(0.05, alpha=0.5),
+    "SOS": lambda: gameopt.SOS(0.05, alpha=0.5),
+    "ACGD": lambda: gameopt.ACGD([0.02, 0.01], maxiter=4),
+}
+# collectives per step: one per vector field and per Jacobian product
+COLLECTIVES = {"SimGD": 1, "Extragradient": 2, "Optimistic": 1, "Consensus": 2, "SGA": 3, "LOLA": 4, "SOS": 4}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _make(n_tensors: int = 2, seed: int = 0):
+    """A small zero-sum GAN in float64 whose networks have ``n_tensors`` layers."""
+    torch.manual_seed(seed)
+    gen = nn.Sequential(*[m for _ in range(n_tensors) for m in (nn.Linear(3, 3), nn.Tanh())]).double()
+    disc = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 1)).double()
+    return gen, disc
+
+
+def _losses(gen, disc):
+    def losses(x, z):
+        f = disc(x).mean() - disc(gen(z)).mean() + 0.1 * (disc(x) ** 2).mean()
+        return f, -f
+
+    return losses
+
+
+def _batches(steps: int, n: int = 12):
+    g = torch.Generator().manual_seed(7)
+    return [
+        (torch.randn(n, 3, generator=g, dtype=torch.float64) + 1, torch.randn(n, 3, generator=g, dtype=torch.float64))
+        for _ in range(steps)
+    ]
+
+
+def _run(name, steps, group=None, rank=0, world=1, n_tensors=2, start_state=None):
+    gen, disc = _make(n_tensors)
+    game = gameopt.Game(
+        [gen, disc],
+        _losses(gen, disc),
+        algorithm=ALGORITHMS[name](),
+        process_group=group,
+        check_replicas_every=1 if group else 0,
+    )
+    if start_state is not None:
+        game.load_state_dict(start_state)
+    for x, z in _batches(steps):
+        game.step(x[rank::world], z[rank::world])
+    return game
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    results: dict = {}
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        group = dist.group.WORLD
+        # parity with a single process on the whole batch
+        for name in ALGORITHMS:
+            par = _run(name, 4, group, rank, world)
+            ref = _run(name, 4)
+            results[f"parity/{name}"] = float((par.layout.data[0] - ref.layout.data[0]).abs().max())
+        # the number of collectives per step does not depend on players or tensors
+        calls = {"n": 0}
+        real = torch.distributed.all_reduce
+
+        def counting(*a, **k):
+            calls["n"] += 1
+            return real(*a, **k)
+
+        torch.distributed.all_reduce = counting
+        try:
+            for name in COLLECTIVES:
+                for n_tensors in (1, 12):
+                    gen, disc = _make(n_tensors)
+                    game = gameopt.Game(
+                        [gen, disc], _losses(gen, disc), algorithm=ALGORITHMS[name](), process_group=group
+                    )
+                    x, z = _batches(1)[0]
+                    game.step(x[rank::world], z[rank::world])  # warm-up (first-step special cases)
+                    calls["n"] = 0
+                    game.step(x[rank::world], z[rank::world])
+                    results[f"count/{name}/{n_tensors}"] = calls["n"]
+        finally:
+            torch.distributed.all_reduce = real
+        # failure on one rank: every rank refuses the step, nothing changes, no deadlock
+        gen, disc = _make()
+        base = _losses(gen, disc)
+
+        def failing(x, z):
+            if rank == world - 1:
+                raise RuntimeError("this rank's data loader broke")
+            return base(x, z)
+
+        for algo in ("SimGD", "Extragradient", "SGA"):
+            game = gameopt.Game([gen, disc], failing, algorithm=ALGORITHMS[algo](), process_group=group)
+            before = game.layout.data[0].clone()
+            x, z = _batches(1)[0]
+            try:
+                game.step(x[rank::world], z[rank::world])
+                results[f"failure/{algo}"] = "no error"
+            except gameopt.NonFiniteError as err:
+                results[f"failure/{algo}"] = "NonFiniteError: " + str(err)
+            except RuntimeError as err:
+                results[f"failure/{algo}"] = "RuntimeError: " + str(err)
+            results[f"failure/{algo}/unchanged"] = bool(torch.equal(before, game.layout.data[0]))
+        # checkpoint on rank 0, load everywhere, resume bit for bit
+        straight = _run("Optimistic", 6, group, rank, world)
+        half = _run("Optimistic", 3, group, rank, world)
+        path = Path(out).with_name("ckpt.pt")
+        if rank == 0:
+            buf = io.BytesIO()
+            torch.save(half.state_dict(), buf)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(buf.getvalue())
+            tmp.replace(path)
+        dist.barrier()
+        state = torch.load(path, weights_only=True)
+        gen, disc = _make(seed=1)  # other initial values: the checkpoint must restore them
+        game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=ALGORITHMS["Optimistic"](), process_group=group)
+        game.load_state_dict(state)
+        for x, z in _batches(6)[3:]:
+            game.step(x[rank::world], z[rank::world])
+        results["resume/bit_exact"] = bool(torch.equal(game.layout.data[0], straight.layout.data[0]))
+        # drifted replicas are detected
+        game.layout.data[0][0] += 1e-3 * (rank + 1)
+        try:
+            game.check_replicas()
+            results["drift"] = "not detected"
+        except RuntimeError as err:
+            results["drift"] = str(err)
+        dist.destroy_process_group()
+    except Exception:
+        results["error"] = traceback.format_exc()
+    Path(out).write_text(json.dumps(results))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_data_parallel_game(tmp_path, world) -> None:
+    port = _free_port()
+    outs = [str(tmp_path / f"rank{r}.json") for r in range(world)]
+    ctx = mp.spawn(_worker_entry, args=(world, port, str(tmp_path)), nprocs=world, join=False)
+    deadline = time.time() + 240
+    while not ctx.join(timeout=5) and time.time() < deadline:
+        pass
+    hung = [p for p in ctx.processes if p.is_alive()]
+    for p in hung:
+        p.kill()
+    assert not hung, "a rank hung (deadlock?)"
+    results = [json.loads(Path(o).read_text()) for o in outs]
+    for r, res in enumerate(results):
+        assert "error" not in res, res.get("error")
+        for name in ALGORITHMS:
+            assert res[f"parity/{name}"] < 1e-10, (r, name, res[f"parity/{name}"])
+        for name, expected in COLLECTIVES.items():
+            assert res[f"count/{name}/1"] == res[f"count/{name}/12"] == expected, (name, res[f"count/{name}/1"])
+        for algo in ("SimGD", "Extragradient", "SGA"):
+            msg = res[f"failure/{algo}"]
+            if r == world - 1:
+                assert msg.startswith("RuntimeError") and "data loader broke" in msg
+            else:
+                assert msg.startswith("NonFiniteError") and "another rank" in msg
+            assert res[f"failure/{algo}/unchanged"]
+        assert res["resume/bit_exact"]
+        assert "drifted apart" in res["drift"]
+
+
+def _worker_entry(rank: int, world: int, port: int, tmp: str) -> None:
+    _worker(rank, world, port, str(Path(tmp) / f"rank{rank}.json"))
