@@ -103,7 +103,9 @@ def make_algorithm(name: str, lr: float | list[float], hyper: dict[str, Any] | N
         raise UsageError(f"{cls.__name__}: {err}") from None
 
 
-def parser(description: str, *, algorithm: str, lr: float, steps: int, out: str = "runs") -> argparse.ArgumentParser:
+def parser(
+    description: str, *, algorithm: str, lr: float, steps: int, out: str = "runs", distributed: bool = False
+) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--algorithm",
@@ -124,8 +126,37 @@ def parser(description: str, *, algorithm: str, lr: float, steps: int, out: str 
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: about 20 per run)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(default_out=Path(out))
+    if distributed:
+        p.add_argument(
+            "--distributed",
+            action="store_true",
+            help="data-parallel over the ranks started by torchrun (gloo on CPU, NCCL on GPUs)",
+        )
+    p.set_defaults(default_out=Path(out), distributed=False)
     return p
+
+
+def init_distributed(args: argparse.Namespace) -> tuple[Any, int, int]:
+    """With ``--distributed`` (under torchrun): join the process group and return
+    (group, rank, world size); otherwise (None, 0, 1)."""
+    if not args.distributed:
+        return None, 0, 1
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ:
+        raise UsageError(
+            "--distributed needs torchrun, e.g. torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed"
+        )
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.group.WORLD, dist.get_rank(), dist.get_world_size()
+
+
+def _is_writer() -> bool:
+    """Only rank 0 of a distributed run writes files."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -225,7 +256,9 @@ class Run:
         self.fingerprint = hashlib.sha256(json.dumps(self.config, sort_keys=True, default=str).encode()).hexdigest()[
             :16
         ]
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.writer = _is_writer()
+        if self.writer:
+            self.out.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.out / "metrics.csv"
         self.ckpt_path = self.out / "checkpoint.pt"
         self.every = args.checkpoint_every or max(1, args.steps // 20)
@@ -237,9 +270,10 @@ class Run:
         into ``game`` and ``extra`` (tensors updated in place / dict entries
         replaced) and return the step to continue from."""
         if not self.args.resume:
-            (self.out / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
-            if self.metrics_path.exists():
-                self.metrics_path.unlink()
+            if self.writer:
+                (self.out / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
+                if self.metrics_path.exists():
+                    self.metrics_path.unlink()
             return 0
         if not self.ckpt_path.exists():
             raise CheckpointError(f"--resume: no checkpoint in {str(self.out)!r}")
@@ -268,11 +302,13 @@ class Run:
             else:
                 extra[key] = value
         self.rows = list(ckpt["rows"])
-        self._rewrite_metrics()
+        if self.writer:
+            self._rewrite_metrics()
         return int(ckpt["step"])
 
     def steps(self, start: int) -> Iterator[int]:
-        self.progress = Progress(self.args.steps, start, not self.args.no_progress, self.experiment)
+        show = not self.args.no_progress and self.writer
+        self.progress = Progress(self.args.steps, start, show, self.experiment)
         for step in range(start, self.args.steps):
             yield step
             self.progress.update(step + 1)
@@ -280,8 +316,10 @@ class Run:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        new_file = not self.metrics_path.exists()
         self.rows.append(row)
+        if not self.writer:
+            return
+        new_file = not self.metrics_path.exists()
         with open(self.metrics_path, "a", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(row))
             if new_file:
@@ -306,7 +344,7 @@ class Run:
     def maybe_checkpoint(self, step: int, game: gameopt.Game, extra: dict[str, Any], force: bool = False) -> None:
         """After finishing ``step``: write a checkpoint every ``--checkpoint-every`` steps."""
         done = step + 1
-        if not force and done % self.every and done != self.args.steps:
+        if not self.writer or (not force and done % self.every and done != self.args.steps):
             return
         saved = {}
         for key, value in extra.items():
@@ -325,6 +363,8 @@ class Run:
         )
 
     def finish(self, summary: dict[str, Any]) -> None:
+        if not self.writer:
+            return
         atomic_json = self.out / "summary.json"
         tmp = atomic_json.with_suffix(".tmp")
         tmp.write_text(json.dumps({"config": self.config, **summary}, indent=2, default=float))
