@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from . import autodiff
-from .algorithms.base import Algorithm, _check_like, _clone
+from .algorithms.base import Algorithm, _check_like, _clone, tensors_in
 from .distributed import DataParallel
 from .layout import JointLayout, Vec, all_finite
 from .player import Player
@@ -290,7 +290,7 @@ class Game:
         oracle = Oracle(self, args, kwargs)
         try:
             delta, new_state = self.algorithm.step(oracle)
-            if not all_finite(list(delta) + _tensors(new_state)):
+            if not all_finite(list(delta) + tensors_in(new_state)):
                 raise NonFiniteError("the update is not finite; the step was refused and nothing changed")
         except NonFiniteError:
             if self.on_nonfinite == "raise":
@@ -344,16 +344,6 @@ class Game:
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
         return f"Game([{names}], algorithm={self.algorithm!r})"
-
-
-def _tensors(obj: Any) -> list[Tensor]:
-    if isinstance(obj, Tensor):
-        return [obj]
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in _tensors(v)]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in _tensors(v)]
-    return []
 
 
 def _is_vec(obj: Any, layout: JointLayout) -> bool:

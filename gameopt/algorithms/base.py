@@ -88,10 +88,17 @@ class Algorithm(torch.optim.Optimizer):
         return self.update(oracle, self.algo_state)
 
     # --------------------------------------------------------------- helpers
-    def descend(self, oracle: Oracle, d: Vec, rule_state: State) -> tuple[Vec, State]:
-        """−η · rule(d), per player, and the rule's new state."""
-        out, rule_state = self.rule.apply(d, rule_state)
-        return oracle.scaled(out, [-lr for lr in self.lrs]), rule_state
+    def descend(self, oracle: Oracle, d: Vec, rule_state: State, scratch: bool = False) -> tuple[Vec, State]:
+        """−η · rule(d), per player, and the rule's new state. With ``scratch``, ``d``
+        may be overwritten (it is the oracle's buffer or a temporary)."""
+        out, new_rule_state = self.rule.apply(d, rule_state)
+        factors = [-lr for lr in self.lrs]
+        if out is d and not scratch:
+            return oracle.scaled(out, factors), new_rule_state
+        state_ids = {id(t) for t in tensors_in(new_rule_state)}
+        if any(id(o) in state_ids for o in out):
+            return oracle.scaled(out, factors), new_rule_state  # out is also state: keep it intact
+        return oracle.scale_(out, factors), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
@@ -114,6 +121,16 @@ class Algorithm(torch.optim.Optimizer):
         extra = "".join(f", {k}={v!r}" for k, v in self.hyper.items())
         rule = "" if isinstance(self.rule, Plain) else f", update={self.rule!r}"
         return f"{type(self).__name__}(lr={lr!r}{extra}{rule})"
+
+
+def tensors_in(obj: Any) -> list[Tensor]:
+    if isinstance(obj, Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in tensors_in(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in tensors_in(v)]
+    return []
 
 
 def _clone(obj: Any) -> Any:

@@ -33,7 +33,7 @@ class SimGD(Algorithm):
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         xi = oracle.xi()
-        delta, rule_state = self.descend(oracle, xi, state["rule"])
+        delta, rule_state = self.descend(oracle, xi, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
