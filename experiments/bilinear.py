@@ -10,7 +10,16 @@ import sys
 
 import torch
 
-from experiments.common import Run, algorithm_from_args, check_args, figures_dir, main_guard, make_algorithm, parser
+from experiments.common import (
+    Run,
+    algorithm_from_args,
+    check_args,
+    figures_dir,
+    main_guard,
+    make_algorithm,
+    one_thread,
+    parser,
+)
 from players.quadratic import QuadraticPlayer, bilinear_losses
 
 DIM = 10
@@ -93,6 +102,12 @@ COMPARED = {
 
 
 def make_figures(quiet: bool = False) -> list[str]:
+    """Regenerate this experiment's figures; returns their paths."""
+    with one_thread():
+        return _make_figures()
+
+
+def _make_figures() -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")

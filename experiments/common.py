@@ -19,6 +19,7 @@ Bad command-line values end with a one-line message and exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import inspect
@@ -369,6 +370,18 @@ class Run:
         tmp = atomic_json.with_suffix(".tmp")
         tmp.write_text(json.dumps({"config": self.config, **summary}, indent=2, default=float))
         os.replace(tmp, atomic_json)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Tiny tensors: one intra-op thread is many times faster than two (far more so
+    when the cores are busy); the caller's setting is put back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def figures_dir() -> Path:
