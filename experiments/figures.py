@@ -1,6 +1,6 @@
 """Regenerate every figure in figures/ from scratch (about 15 minutes on 2 CPU cores).
 
-    python -m experiments.figures [--only bilinear dirac_gan ...]
+python -m experiments.figures [--only bilinear dirac_gan ...]
 """
 
 from __future__ import annotations
