@@ -4,6 +4,7 @@ covered and share of high-quality samples per algorithm.
 python -m experiments.mixture_gan --algorithm extraadam --lr 1e-3 --steps 2000
 python -m experiments.mixture_gan --dataset grid --algorithm consensus --hp update=adam --hp gamma=0.1
 python -m experiments.mixture_gan --figures      # regenerate figures/mixture_*.png and the results table
+torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed   # data-parallel (gloo on CPU, NCCL on GPUs)
 
 A mode is covered when it holds at least a quarter of its fair share of the
 high-quality samples; a sample is high quality within 3σ of some mode. Both are
@@ -29,6 +30,7 @@ from experiments.common import (
     check_args,
     figures_dir,
     hyperparameters,
+    init_distributed,
     main_guard,
     make_algorithm,
     parser,
@@ -73,8 +75,15 @@ class Setup:
     """Networks, game, data and evaluation noise of one run."""
 
     def __init__(
-        self, dataset: str, algorithm: gameopt.Algorithm, seed: int, hidden: int = HIDDEN, batch: int = BATCH
+        self,
+        dataset: str,
+        algorithm: gameopt.Algorithm,
+        seed: int,
+        hidden: int = HIDDEN,
+        batch: int = BATCH,
+        distributed: tuple[Any, int, int] = (None, 0, 1),
     ) -> None:
+        group, self.rank, self.world = distributed
         make_modes, self.std = DATASETS[dataset]
         self.modes, self.batch = make_modes(), batch
         torch.manual_seed(seed)
@@ -86,6 +95,7 @@ class Setup:
             lambda x, z: gan_losses(gen, disc, x, z),
             algorithm=algorithm,
             on_nonfinite="skip",
+            process_group=group,  # data-parallel: ξ and Jacobian products averaged across ranks
         )
         # every random draw of training comes from this generator (saved in checkpoints)
         self.data = torch.Generator().manual_seed(seed)
@@ -94,6 +104,8 @@ class Setup:
     def step(self) -> tuple[float, float]:
         x = sample_mixture(self.modes, self.batch, self.std, self.data)
         z = torch.randn(self.batch, LATENT, generator=self.data)
+        # every rank draws the same batch and keeps its rank-strided shard
+        x, z = x[self.rank :: self.world], z[self.rank :: self.world]
         g_loss, d_loss = self.game.step(x, z)
         return float(g_loss), float(d_loss)
 
@@ -114,7 +126,7 @@ class Setup:
 
 @main_guard
 def main(argv: list[str] | None = None) -> int:
-    p = parser(__doc__, algorithm="extraadam", lr=1e-3, steps=2000, out="runs/mixture_gan")
+    p = parser(__doc__, algorithm="extraadam", lr=1e-3, steps=2000, out="runs/mixture_gan", distributed=True)
     p.add_argument("--dataset", choices=sorted(DATASETS), default="ring", help="ring of 8 or 5x5 grid (default ring)")
     p.add_argument("--batch", type=int, default=BATCH, help=f"batch size (default {BATCH})")
     p.add_argument("--hidden", type=int, default=HIDDEN, help=f"hidden width of both networks (default {HIDDEN})")
@@ -132,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     lr = args.lr[0] if len(args.lr) == 1 else list(args.lr)
     algorithm = gan_algorithm(args.algorithm, lr, hyperparameters(args))
     torch.set_num_threads(args.threads)
-    setup = Setup(args.dataset, algorithm, args.seed, args.hidden, args.batch)
+    distributed = init_distributed(args)
+    setup = Setup(args.dataset, algorithm, args.seed, args.hidden, args.batch, distributed)
     config = {
         "algorithm": args.algorithm,
         "lr": args.lr,
@@ -146,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "latent": LATENT,
         "activation": ACT,
         "log_every": args.log_every,
+        "world_size": distributed[2],
     }
     run = Run("mixture_gan", args, config)
     extra: dict[str, Any] = {"data": setup.data}
@@ -157,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         run.maybe_checkpoint(step, setup.game, extra)
     final = setup.evaluate()
     run.finish({**final, "skipped_steps": setup.game.skipped_steps, "params_sha256": setup.params_digest()})
-    print(
-        f"{args.algorithm} on {args.dataset}: {final['modes']} of {len(setup.modes)} modes, "
-        f"{final['high_quality']:.1f}% high-quality samples after {args.steps} steps"
-    )
+    if setup.rank == 0:
+        print(
+            f"{args.algorithm} on {args.dataset}: {final['modes']} of {len(setup.modes)} modes, "
+            f"{final['high_quality']:.1f}% high-quality samples after {args.steps} steps"
+        )
     return 0
 
 
@@ -362,7 +377,9 @@ def make_figures(quiet: bool = False) -> list[str]:
         "",
         "| algorithm | lr | "
         + " | ".join(f"{ds}: modes (of {len(DATASETS[ds][0]())}) | {ds}: high quality %" for ds in datasets)
-        + " | CPU s / run |",
+        + " | CPU s / run ("
+        + " / ".join(datasets)
+        + ") |",
         "| --- | --- | " + " | ".join("--- | ---" for _ in datasets) + " | --- |",
     ]
     for label in labels:

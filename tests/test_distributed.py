@@ -197,3 +197,31 @@ def test_data_parallel_game(tmp_path, world) -> None:
 
 def _worker_entry(rank: int, world: int, port: int, tmp: str) -> None:
     _worker(rank, world, port, str(Path(tmp) / f"rank{rank}.json"))
+
+
+def test_torchrun_mixture_gan_matches_one_process(tmp_path) -> None:
+    """The documented launch: torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    common = ["--steps", "30", "--log-every", "10", "--no-progress", "--algorithm", "sga", "--hp", "update=adam"]
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()),
+         "-m", "experiments.mixture_gan", "--distributed", *common, "--out", str(tmp_path / "two")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-2000:]
+    one = subprocess.run(
+        [sys.executable, "-m", "experiments.mixture_gan", *common, "--out", str(tmp_path / "one")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr[-2000:]
+    a = [line.split(",") for line in (tmp_path / "two" / "metrics.csv").read_text().splitlines()[1:]]
+    b = [line.split(",") for line in (tmp_path / "one" / "metrics.csv").read_text().splitlines()[1:]]
+    assert len(a) == len(b) == 3
+    for ra, rb in zip(a, b):  # step, modes, high-quality %: functions of the parameters
+        for x, y in zip(ra[:3], rb[:3]):  # (the logged losses are each rank's own shard's)
+            assert float(x) == pytest.approx(float(y), rel=1e-4, abs=1e-5)
