@@ -1,0 +1,133 @@
+"""Second-order methods: step cost as a multiple of one plain-PyTorch ξ, ACGD
+against the authors' ``cgds`` at equal tolerance (iterates checked), and the
+number of reverse passes of LOLA/SOS against the number of players.
+
+    python -m benchmarks.second_order [--quick]
+
+Same protocol as ``benchmarks.step_cost`` (interleaved rounds, median of per-round
+ratios) on the same two GAN pairs.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import gameopt
+from benchmarks._common import Result, base_parser, calibrate, compare, print_table, save_csv, setup
+from benchmarks.step_cost import Pair, gameopt_step, plain_xi
+
+LR = 1e-4
+SECOND_ORDER: dict[str, Callable[[], gameopt.Algorithm]] = {
+    "HamiltonianGD": lambda: gameopt.HamiltonianGD(LR),
+    "Consensus": lambda: gameopt.ConsensusOptimization(LR, gamma=0.1),
+    "SGA": lambda: gameopt.SGA(LR),
+    "LA": lambda: gameopt.LA(LR, alpha=LR),
+    "LOLA": lambda: gameopt.LOLA(LR, alpha=LR),
+    "SOS": lambda: gameopt.SOS(LR, alpha=LR),
+    "CGD (5 Krylov products)": lambda: gameopt.CGD(LR, tol=1e-30, maxiter=5),
+}
+
+
+def _wgan(seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(seed)
+    gen = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
+    disc = nn.Sequential(nn.Linear(2, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+    return gen, disc
+
+
+def _f(gen: nn.Module, disc: nn.Module, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    return disc(x).mean() - disc(gen(z)).mean() + 0.1 * (disc(x) ** 2).mean()
+
+
+def acgd_pair(rounds: int, target: float) -> tuple[Result, float]:
+    """gameopt ACGD vs cgds ACGD, same start, same batches, the authors' tolerances."""
+    import CGDs
+
+    gen, disc = _wgan()
+    ref_gen, ref_disc = copy.deepcopy(gen), copy.deepcopy(disc)
+    game = gameopt.Game(
+        [gen, disc], lambda x, z: (lambda f: (f, -f))(_f(gen, disc, x, z)), algorithm=gameopt.ACGD([1e-3, 1e-3])
+    )
+    ref = CGDs.ACGD(max_params=ref_disc.parameters(), min_params=ref_gen.parameters(), lr_max=1e-3, lr_min=1e-3)
+    g = torch.Generator().manual_seed(1)
+    x, z = torch.randn(256, 2, generator=g) + 1, torch.randn(256, 8, generator=g)
+
+    def ours() -> None:
+        game.step(x, z)
+
+    def theirs() -> None:
+        ref.zero_grad()
+        ref.step(_f(ref_gen, ref_disc, x, z))
+
+    batch = calibrate(ours, theirs, target_s=target)
+    res = compare("ACGD", "gameopt ACGD / cgds ACGD", "cgds ACGD", theirs, ours, rounds=rounds, batch=batch)
+    # both took the same number of steps from the same start: compare the iterates
+    mine = torch.cat([p.detach().reshape(-1) for p in list(gen.parameters()) + list(disc.parameters())])
+    other = torch.cat([p.detach().reshape(-1) for p in list(ref_gen.parameters()) + list(ref_disc.parameters())])
+    return res, float((mine - other).abs().max() / other.abs().max())
+
+
+def backward_passes(name: str, n_players: int) -> int:
+    """Reverse passes (autograd.grad calls) in one step on an n-player quadratic game."""
+    from players.quadratic import QuadraticPlayer, random_quadratic_game
+
+    qg = random_quadratic_game(n_players, 3, seed=0)
+    players = [QuadraticPlayer(torch.randn(3, dtype=torch.float64)) for _ in range(n_players)]
+    game = gameopt.Game(players, qg.losses(players), algorithm=SECOND_ORDER[name]())
+    real = torch.autograd.grad
+    calls = {"n": 0}
+
+    def counting(*a, **k):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return real(*a, **k)
+
+    torch.autograd.grad = counting
+    try:
+        game._forward_mode_ok = True
+        game.step()
+    finally:
+        torch.autograd.grad = real
+    return calls["n"]
+
+
+def main(argv: list[str] | None = None) -> list[Result]:
+    parser = base_parser(__doc__.splitlines()[0])
+    args = parser.parse_args(argv)
+    setup(args)
+    rounds = args.rounds or (5 if args.quick else 15)
+    target = 0.02 if args.quick else 0.06
+    results: list[Result] = []
+    for kind in ("mlp-2d", "deep-narrow"):
+        pair = Pair(kind)
+        xi = plain_xi(pair)
+        for name, make in SECOND_ORDER.items():
+            step = gameopt_step(pair, make)
+            batch = calibrate(xi, step, target_s=target)
+            r = compare(kind, f"gameopt {name}", "plain xi", xi, step, rounds=rounds, batch=batch)
+            results.append(r)
+            print(f"{kind:<12} {name:<26} {r.ratio:6.2f}x xi", flush=True)
+    res, diff = acgd_pair(rounds, target)
+    res.note = f"max relative iterate difference after the run: {diff:.1e}"
+    results.append(res)
+    print_table(results, "Second-order step cost (ratio to one plain xi; ACGD: gameopt / cgds)")
+    print(f"ACGD: gameopt is {1 / res.ratio:.2f}x faster per step than cgds; iterates agree to {diff:.1e} (relative)")
+    print("\nreverse passes (autograd.grad calls) per step on an n-player quadratic game:")
+    print(f"{'n players':<12}" + "".join(f"{n:>8}" for n in (2, 4, 8, 16)))
+    for name in ("LA", "LOLA", "SOS"):
+        counts = [backward_passes(name, n) for n in (2, 4, 8, 16)]
+        print(f"{name:<12}" + "".join(f"{c:>8}" for c in counts))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_csv(results, out / ("second_order_quick.csv" if args.quick else "second_order.csv"))
+    return results
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,433 @@
+"""What one ``Game.step`` costs, per algorithm, in units of one evaluation of ξ.
+
+Two GAN pairs (non-saturating losses, one fixed batch passed as ``game.step(x, z)``):
+
+* **mlp-2d**: generator and discriminator with 4 hidden layers of 256 units,
+  2-D data, latent 16, batch 256 (big matrix products; little Python);
+* **deep-narrow**: each net 61 ``Linear`` layers of width 16 (244 parameter
+  tensors in total), batch 256 (many tiny ops; Python overhead dominates).
+
+Baseline: one plain-PyTorch ξ evaluation written by hand on unfused modules:
+forward once, then one pruned ``torch.autograd.grad(loss_i, params_i)`` per player.
+
+Candidates, each timed interleaved with the baseline and reported as the median of
+per-round ratios (step time / ξ time): gameopt SimGD, Optimistic, Extragradient,
+AltGD, SimGD+Adam, Extragradient+Adam (Extra-Adam), Lookahead(SimGD); for
+reference SimGD written the obvious way (autograd.grad + per-parameter loop),
+``torch.optim.SGD`` per player (zero_grad + backward), and cooper's ``ExtraSGD``
+/ ``ExtraAdam`` doing one extragradient step (zero_grad + backward per player,
+``extrapolation()``, again, ``step()``). Then gameopt's Extragradient is timed
+interleaved directly against cooper's ``ExtraSGD`` (and Extra-Adam against
+``ExtraAdam``).
+
+    python3 -m benchmarks.step_cost [--quick] [--out DIR] [--profile NAME]
+
+``--breakdown`` times the pieces of a gameopt SimGD step (first_order, _sync,
+all_finite, descend, ...) each against the plain ξ instead.
+
+``--profile NAME`` (e.g. ``SimGD``, ``Extragradient``) runs cProfile over steps of
+that gameopt algorithm (on ``--profile-pair``, default deep-narrow) and prints the
+hot spots instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import cProfile
+import io
+import pstats
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import gameopt
+
+from ._common import Result, bar_plot, base_parser, calibrate, compare, measure, print_table, save_csv, setup
+
+LR = 1e-4
+ADAM_LR = 1e-5
+BATCH = 256
+LATENT = 16
+
+MAX_S = 8.0  # seconds at most per comparison (reached only when other programs slow the machine down)
+
+
+# ------------------------------------------------------------------------ models
+def mlp(sizes: list[int], act: Callable[[], nn.Module]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if k < len(sizes) - 2:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class Pair:
+    """A generator/discriminator pair and one fixed batch; :meth:`fresh` copies."""
+
+    def __init__(self, kind: str, seed: int = 0) -> None:
+        torch.manual_seed(seed)
+        if kind == "mlp-2d":
+            g_sizes = [LATENT] + [256] * 4 + [2]
+            d_sizes = [2] + [256] * 4 + [1]
+        elif kind == "deep-narrow":
+            g_sizes = [LATENT] + [16] * 60 + [2]  # 61 Linear layers
+            d_sizes = [2] + [16] * 60 + [1]  # 61 Linear layers
+        else:
+            raise ValueError(kind)
+        self.kind = kind
+        self.G = mlp(g_sizes, nn.ReLU)
+        self.D = mlp(d_sizes, lambda: nn.LeakyReLU(0.2))
+        # 2-D data: a ring of 8 Gaussians
+        angle = torch.randint(0, 8, (BATCH,)).float() * (torch.pi / 4)
+        self.x = torch.stack([angle.cos(), angle.sin()], 1) * 2 + 0.02 * torch.randn(BATCH, 2)
+        self.z = torch.randn(BATCH, LATENT)
+
+    def fresh(self) -> tuple[nn.Module, nn.Module]:
+        return copy.deepcopy(self.G), copy.deepcopy(self.D)
+
+    def describe(self) -> str:
+        nt = len(list(self.G.parameters())) + len(list(self.D.parameters()))
+        ne = sum(p.numel() for p in self.G.parameters()) + sum(p.numel() for p in self.D.parameters())
+        return f"{self.kind} ({nt} tensors, {ne / 1e3:.0f}k params, batch {BATCH})"
+
+
+def gan_losses(G: nn.Module, D: nn.Module) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """Non-saturating GAN losses from one forward pass: (loss_G, loss_D)."""
+
+    def losses(x: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        fake = G(z)
+        d_real, d_fake = D(x), D(fake)
+        loss_d = F.softplus(-d_real).mean() + F.softplus(d_fake).mean()
+        loss_g = F.softplus(-d_fake).mean()
+        return loss_g, loss_d
+
+    return losses
+
+
+# --------------------------------------------------------------- step functions
+def plain_xi(pair: Pair) -> Callable[[], object]:
+    """The baseline: one hand-written evaluation of ξ on unfused modules."""
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    losses, x, z = gan_losses(G, D), pair.x, pair.z
+
+    def xi() -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+        loss_g, loss_d = losses(x, z)
+        return (
+            torch.autograd.grad(loss_g, gp, retain_graph=True),
+            torch.autograd.grad(loss_d, dp),
+        )
+
+    return xi
+
+
+GAMEOPT: dict[str, Callable[[], gameopt.Algorithm]] = {
+    "gameopt SimGD": lambda: gameopt.SimGD(LR),
+    "gameopt Optimistic": lambda: gameopt.Optimistic(LR),
+    "gameopt Extragradient": lambda: gameopt.Extragradient(LR),
+    "gameopt AltGD": lambda: gameopt.AltGD(LR),
+    "gameopt SimGD+Adam": lambda: gameopt.SimGD(ADAM_LR, update=gameopt.Adam()),
+    "gameopt Extragradient+Adam": lambda: gameopt.Extragradient(ADAM_LR, update=gameopt.Adam()),
+    "gameopt Lookahead(SimGD)": lambda: gameopt.Lookahead(gameopt.SimGD(LR), k=5),
+}
+
+
+def gameopt_step(pair: Pair, make_algorithm: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+    G, D = pair.fresh()
+    game = gameopt.Game(
+        [gameopt.Player(G, name="G"), gameopt.Player(D, name="D")],
+        gan_losses(G, D),
+        algorithm=make_algorithm(),
+    )
+    x, z = pair.x, pair.z
+
+    def step() -> object:
+        return game.step(x, z)
+
+    step.game = game  # type: ignore[attr-defined]
+    return step
+
+
+def obvious_simgd(pair: Pair) -> Callable[[], object]:
+    """SimGD written the obvious way: pruned grads, then a per-parameter loop."""
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    params = gp + dp
+    losses, x, z = gan_losses(G, D), pair.x, pair.z
+
+    def step() -> None:
+        loss_g, loss_d = losses(x, z)
+        grads = torch.autograd.grad(loss_g, gp, retain_graph=True) + torch.autograd.grad(loss_d, dp)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p.add_(g, alpha=-LR)
+
+    step.params = params  # type: ignore[attr-defined]
+    return step
+
+
+def _backward_per_player(losses, x, z, gp, dp, opts) -> None:  # type: ignore[no-untyped-def]
+    for opt in opts:
+        opt.zero_grad()
+    loss_g, loss_d = losses(x, z)
+    torch.autograd.backward(loss_g, inputs=gp, retain_graph=True)
+    torch.autograd.backward(loss_d, inputs=dp)
+
+
+def torch_sgd(pair: Pair) -> Callable[[], object]:
+    """SimGD with one torch.optim.SGD per player (zero_grad + backward(inputs=) + step)."""
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    opts = [torch.optim.SGD(gp, lr=LR), torch.optim.SGD(dp, lr=LR)]
+    losses, x, z = gan_losses(G, D), pair.x, pair.z
+
+    def step() -> None:
+        _backward_per_player(losses, x, z, gp, dp, opts)
+        for opt in opts:
+            opt.step()
+
+    return step
+
+
+def cooper_extra(pair: Pair, kind: str) -> Callable[[], object]:
+    """One extragradient step with cooper's ExtraSGD / ExtraAdam, one optimizer per
+    player, each player's gradient of its own loss only."""
+    import cooper
+
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    if kind == "ExtraSGD":
+        opts = [cooper.optim.ExtraSGD(gp, lr=LR), cooper.optim.ExtraSGD(dp, lr=LR)]
+    else:
+        opts = [cooper.optim.ExtraAdam(gp, lr=ADAM_LR), cooper.optim.ExtraAdam(dp, lr=ADAM_LR)]
+    losses, x, z = gan_losses(G, D), pair.x, pair.z
+
+    def step() -> None:
+        _backward_per_player(losses, x, z, gp, dp, opts)
+        for opt in opts:
+            opt.extrapolation()
+        _backward_per_player(losses, x, z, gp, dp, opts)
+        for opt in opts:
+            opt.step()
+
+    return step
+
+
+def candidates(pair: Pair) -> dict[str, tuple[Callable[[], object], str]]:
+    out: dict[str, tuple[Callable[[], object], str]] = {}
+    for name, make in GAMEOPT.items():
+        out[name] = (gameopt_step(pair, make), "")
+    out["ref: SimGD the obvious way"] = (obvious_simgd(pair), "autograd.grad + per-param loop")
+    out["ref: torch.optim.SGD per player"] = (torch_sgd(pair), "zero_grad + backward(inputs=)")
+    out["ref: cooper ExtraSGD"] = (cooper_extra(pair, "ExtraSGD"), "2 x zero_grad + backward")
+    out["ref: cooper ExtraAdam"] = (cooper_extra(pair, "ExtraAdam"), "2 x zero_grad + backward")
+    return out
+
+
+def sanity_check(pair: Pair) -> None:
+    """gameopt's SimGD step equals the hand-written one on the same starting point."""
+    a = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
+    b = obvious_simgd(pair)
+    a()
+    b()
+    game = a.game  # type: ignore[attr-defined]
+    mine = torch.cat([p.detach().reshape(-1) for player in game.players for p in player.module.parameters()])
+    ref = torch.cat([p.detach().reshape(-1) for p in b.params])  # type: ignore[attr-defined]
+    torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6, msg="gameopt SimGD differs from the reference step")
+
+
+# --------------------------------------------------------------------- profiling
+def profile(name: str, steps: int, pair_kind: str = "deep-narrow") -> None:
+    pair = Pair(pair_kind)
+    key = name if name in GAMEOPT else f"gameopt {name}"
+    if key not in GAMEOPT:
+        raise SystemExit(f"unknown algorithm {name!r}; choose from {', '.join(GAMEOPT)}")
+    step = gameopt_step(pair, GAMEOPT[key])
+    for _ in range(5):
+        step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf).strip_dirs()
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(25)
+    print(f"cProfile of {steps} steps of {key} on {pair.describe()}")
+    print(buf.getvalue())
+
+
+# --------------------------------------------------------------------- breakdown
+def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result]]:
+    """Where a gameopt SimGD step spends its time beyond ξ: each piece of
+    ``Game.step`` timed alone, interleaved with the plain ξ (ratio = fraction of ξ).
+
+    Uses gameopt internals (``autodiff.first_order``, ``layout.all_finite``,
+    ``Game._sync``, ``Oracle``, ``Algorithm.descend``); a piece whose internals
+    changed is reported as unavailable.
+    """
+    from gameopt import autodiff
+    from gameopt.game import Oracle
+    from gameopt.layout import all_finite
+
+    pair = Pair(kind)
+    xi = plain_xi(pair)
+    step = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
+    game = step.game  # type: ignore[attr-defined]
+    args = (pair.x, pair.z)
+    oracle = Oracle(game, args, {})
+    alg = game.algorithm
+    grads = game.layout.grad
+    delta, _ = alg.descend(oracle, grads, alg.algo_state["rule"])
+    zero = [torch.zeros_like(t) for t in delta]
+    pieces: dict[str, Callable[[], object]] = {
+        "Game.step (SimGD), all of it": step,
+        "autodiff.first_order (xi into flat grad)": lambda: autodiff.first_order(game, [0, 1], args, {}),
+        "Game._sync (Player.check/stale)": game._sync,
+        "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
+        "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
+        "Algorithm.descend (rule + scaled clone)": lambda: alg.descend(oracle, grads, alg.algo_state["rule"]),
+        "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
+        "Oracle(...) construction": lambda: Oracle(game, args, {}),
+    }
+    desc = pair.describe()
+    specs = []
+    for name, fn in pieces.items():
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - internals may have changed
+            print(f"  {name}: unavailable ({type(err).__name__}: {err})")
+            continue
+        specs.append(_spec(f"{kind} breakdown", name, "plain xi", xi, fn, "", desc, rounds, target))
+    return specs
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> list[Result]:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--profile", default=None, help="profile this gameopt algorithm instead of timing")
+    parser.add_argument("--profile-steps", type=int, default=200)
+    parser.add_argument("--profile-pair", default="deep-narrow", choices=["mlp-2d", "deep-narrow"])
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time the pieces of a gameopt SimGD step instead (both pairs)"
+    )
+    args = parser.parse_args(argv)
+    setup(args)
+    if args.profile:
+        profile(args.profile, args.profile_steps, args.profile_pair)
+        return []
+    rounds = args.rounds or (6 if args.quick else 25)
+    target = 0.010 if args.quick else 0.030  # seconds per timed batch (the slower side)
+    out = Path(args.out)
+    suffix = "_quick" if args.quick else ""
+    retries = args.retries if args.retries is not None else (0 if args.quick else 2)
+
+    def log(r: Result) -> None:
+        print(
+            f"  {r.group:<22} {r.name:<46} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)"
+            f"  other load {r.foreign_load:.2f}",
+            flush=True,
+        )
+
+    if args.breakdown:
+        specs = breakdown("mlp-2d", rounds, target) + breakdown("deep-narrow", rounds, target)
+        results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log)
+        print_table(results, "time of each piece of a SimGD step, as a fraction of one plain xi", "x xi")
+        save_csv(results, out / f"step_cost_breakdown{suffix}.csv")
+        return results
+
+    specs: list[Callable[[], Result]] = []
+    for kind in ("mlp-2d", "deep-narrow"):
+        pair = Pair(kind)
+        sanity_check(pair)
+        desc = pair.describe()
+        xi = plain_xi(pair)
+        cands = candidates(pair)
+        # A/A control: the baseline against itself shows the noise floor
+        specs.append(_spec(kind, "A/A: plain xi vs itself", "plain xi", xi, xi, "noise floor", desc, rounds, target))
+        for name, (fn, note) in cands.items():
+            # a multiple of 5 so that each batch holds one Lookahead synchronization
+            multiple = 5 if "Lookahead" in name else 1
+            specs.append(_spec(kind, name, "plain xi", xi, fn, note, desc, rounds, target, multiple))
+        for ours, theirs in (
+            ("gameopt Extragradient", "ref: cooper ExtraSGD"),
+            ("gameopt Extragradient+Adam", "ref: cooper ExtraAdam"),
+        ):
+            label = theirs.removeprefix("ref: ")
+            base_fn, fn = cands[theirs][0], cands[ours][0]
+            specs.append(_spec(f"{kind} vs cooper", f"{ours} / {label}", label, base_fn, fn, "", desc, rounds, target))
+
+    results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log)
+
+    print_table(
+        results,
+        "ratio = median over rounds of (step time / plain xi time); 'vs cooper' rows: gameopt time / cooper time",
+        "ratio",
+    )
+    for line in goals(results):
+        print(line)
+
+    save_csv(results, out / f"step_cost{suffix}.csv")
+    panels: dict[str, list[Result]] = {}
+    for r in results:
+        panels.setdefault(f"{r.group}: {r.extra['model']}", []).append(r)
+    goal_lines = {k: ([(1.05, "1.05"), (2.1, "2.1")] if "cooper" not in k else [(0.8, "1.25x faster")]) for k in panels}
+    bar_plot(
+        panels,
+        out / f"step_cost{suffix}.png",
+        f"Cost of one step in evaluations of ξ ({torch.get_num_threads()} threads)",
+        "time ratio (median of per-round ratios)",
+        goals=goal_lines,
+    )
+    return results
+
+
+def _spec(
+    group: str,
+    name: str,
+    baseline_name: str,
+    base_fn: Callable[[], object],
+    fn: Callable[[], object],
+    note: str,
+    desc: str,
+    rounds: int,
+    target: float,
+    multiple: int = 1,
+) -> Callable[[], Result]:
+    def run() -> Result:
+        batch = calibrate(base_fn, fn, target_s=target, multiple=multiple)
+        r = compare(group, name, baseline_name, base_fn, fn, rounds=rounds, batch=batch, note=note, max_s=MAX_S)
+        if "vs cooper" in group:
+            r.note = f"gameopt {1 / r.ratio:.2f}x faster" if r.ratio < 1 else f"gameopt {r.ratio:.2f}x slower"
+        r.extra = {"model": desc}
+        return r
+
+    return run
+
+
+def goals(results: list[Result]) -> list[str]:
+    by = {(r.group, r.name): r.ratio for r in results}
+    lines = ["goals:"]
+    for kind in ("mlp-2d", "deep-narrow"):
+        for name, limit in (
+            ("gameopt SimGD", 1.05),
+            ("gameopt Optimistic", 1.05),
+            ("gameopt Extragradient", 2.1),
+        ):
+            r = by[(kind, name)]
+            lines.append(f"  {'PASS' if r <= limit else 'MISS'}  {kind}: {name} <= {limit} x xi ({r:.3f})")
+        r = by[(f"{kind} vs cooper", "gameopt Extragradient / cooper ExtraSGD")]
+        ok = "PASS" if r <= 0.8 else "MISS"
+        if kind != "deep-narrow":
+            ok = "info"
+        lines.append(f"  {ok}  {kind}: gameopt EG at least 1.25x faster than cooper ExtraSGD ({1 / r:.2f}x)")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
