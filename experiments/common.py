@@ -131,14 +131,14 @@ def parser(
         p.add_argument(
             "--distributed",
             action="store_true",
-            help="data-parallel over the ranks started by torchrun (gloo on CPU, NCCL on GPUs)",
+            help="data-parallel over the ranks started by torchrun (gloo, CPU)",
         )
     p.set_defaults(default_out=Path(out), distributed=False)
     return p
 
 
 def init_distributed(args: argparse.Namespace) -> tuple[Any, int, int]:
-    """With ``--distributed`` (under torchrun): join the process group and return
+    """With ``--distributed`` (under torchrun): join a gloo process group and return
     (group, rank, world size); otherwise (None, 0, 1)."""
     if not args.distributed:
         return None, 0, 1
@@ -149,7 +149,7 @@ def init_distributed(args: argparse.Namespace) -> tuple[Any, int, int]:
             "--distributed needs torchrun, e.g. torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed"
         )
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("gloo")  # the experiments' tensors live on the CPU
     return dist.group.WORLD, dist.get_rank(), dist.get_world_size()
 
 

@@ -4,7 +4,7 @@ covered and share of high-quality samples per algorithm.
 python -m experiments.mixture_gan --algorithm extraadam --lr 1e-3 --steps 2000
 python -m experiments.mixture_gan --dataset grid --algorithm consensus --hp update=adam --hp gamma=0.1
 python -m experiments.mixture_gan --figures      # regenerate figures/mixture_*.png and the results table
-torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed   # data-parallel (gloo on CPU, NCCL on GPUs)
+torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed   # data-parallel on CPU (gloo)
 
 A mode is covered when it holds at least a quarter of its fair share of the
 high-quality samples; a sample is high quality within 3σ of some mode. Both are
