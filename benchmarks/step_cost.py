@@ -291,7 +291,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
         "Game._sync (Player.check/stale)": game._sync,
         "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
-        "Algorithm.descend (rule + scaled clone)": lambda: alg.descend(oracle, grads, alg.algo_state["rule"]),
+        "Algorithm.descend, out of place": lambda: alg.descend(oracle, grads, alg.algo_state["rule"]),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
         "Oracle(...) construction": lambda: Oracle(game, args, {}),
     }
