@@ -86,14 +86,20 @@ def make_algorithm(name: str, lr: float | list[float], hyper: dict[str, Any] | N
         return gameopt.Lookahead(make_algorithm(key[len("lookahead-") :], lr, hyper), k=k, alpha=alpha)
     if key in _WITH_ADAM:
         betas = hyper.pop("betas", (0.5, 0.9))
-        hyper["update"] = gameopt.Adam(tuple(betas), hyper.pop("eps", 1e-8))
+        try:
+            hyper["update"] = gameopt.Adam(tuple(betas), hyper.pop("eps", 1e-8))
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"Adam: bad betas/eps ({err})") from None
         key = _WITH_ADAM[key]
     if key not in _ALIASES:
         raise UsageError(f"unknown algorithm {name!r}; choose from {', '.join(ALGORITHM_NAMES)}")
     cls = _ALIASES[key]
     momentum = hyper.pop("momentum", None)
     if momentum is not None:
-        hyper["update"] = gameopt.Momentum(float(momentum))
+        try:
+            hyper["update"] = gameopt.Momentum(float(momentum))
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"momentum: {err}") from None
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "lr"}
     unknown = set(hyper) - accepted
     if unknown:
