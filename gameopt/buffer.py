@@ -11,6 +11,7 @@ parameter's strides (a ``channels_last`` weight stays ``channels_last``).
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ class Segment:
     numel: int
     shape: torch.Size
     stride: tuple[int, ...]
+
+
+_shape = operator.attrgetter("shape")
 
 
 def _dense_strides(shape: torch.Size, stride: tuple[int, ...]) -> bool:
@@ -161,6 +165,7 @@ class FlatBuffer:
         self.data, self.grad = data, grad
         self._grad_views = grad_views
         self._ptrs = [p.data_ptr() for p in self.params]
+        self._shapes = [p.shape for p in self.params]
         # swap_tensors dropped any hooks: (re)install the relinking hooks
         self._hooks = [p.register_post_accumulate_grad_hook(self._relink_hook(i)) for i, p in enumerate(self.params)]
 
@@ -192,6 +197,9 @@ class FlatBuffer:
 
     def stale(self) -> str | None:
         """Why the parameters no longer live in this buffer, or ``None``."""
+        # fast path, iterated in C: same storage pointers and shapes as when fused
+        if list(map(Tensor.data_ptr, self.params)) == self._ptrs and list(map(_shape, self.params)) == self._shapes:
+            return None
         for p, ptr, seg in zip(self.params, self._ptrs, self.segments):
             if p.data_ptr() != ptr:
                 if p.dtype != self.dtype or p.device != self.device:

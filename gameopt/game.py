@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -13,12 +13,13 @@ from torch import Tensor, nn
 from . import autodiff
 from .algorithms.base import Algorithm, _check_like, _clone, tensors_in
 from .distributed import DataParallel
-from .layout import JointLayout, Vec, all_finite
+from .layout import JointLayout, Vec, VecPool, all_finite
 from .player import Player
 
 log = logging.getLogger(__name__)
 
 PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
+Along = tuple[Vec, Sequence[float]]  # (direction, one factor per player)
 
 
 class NonFiniteError(FloatingPointError):
@@ -36,6 +37,8 @@ class Oracle:
         self.game, self.args, self.kwargs = game, args, kwargs
         self.layout = game.layout
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
+        self._all_losses: list[Sequence[Tensor]] = []
+        self.empty = game._pool.take  # a pool vector (contents undefined); see VecPool
 
     @property
     def params(self) -> Vec:
@@ -46,40 +49,52 @@ class Oracle:
     def num_players(self) -> int:
         return self.layout.num_players
 
-    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None) -> Vec:
-        """ξ at the current point, or at ``at``. With ``players``, only those players'
-        parts are computed (the rest of the returned vector is meaningless).
-        The result is the game's gradient buffer: valid until the next call."""
+    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec:
+        """ξ at the current point, at ``at``, or ``along=(d, factors)`` at
+        w + factorᵢ·dᵢ (each player's part with its factor; ``d`` is left as it is).
+        With ``players``, only those players' parts are computed (the rest of the
+        returned vector is meaningless). The result is the game's gradient buffer:
+        valid until the next call.
+
+        ξ is not checked here: :meth:`Game.step` checks the update and the new state,
+        which every ξ flows into. A point is checked before anything runs there."""
         which = range(self.num_players) if players is None else players
-        with self.game._at(at), self.game._together():
+        with self.game._at(at, along, lambda: self.where("a point to evaluate at")), self.game._together():
             losses = autodiff.first_order(self.game, list(which), self.args, self.kwargs)
-        grads = self.game._mean_(self.layout.grad)
+        self._seen(losses)
+        return self.game._mean_(self.layout.grad)
+
+    def _seen(self, losses: Sequence[Tensor]) -> None:
         if self.losses is None:
             self.losses = tuple(losses)
-        if not all_finite(grads):
-            raise NonFiniteError(self._where(losses, "the vector field ξ"))
-        return grads
+        self._all_losses.append(losses)
 
     def linearize(self, at: Vec | None = None) -> autodiff.Linearization:
         """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv."""
         with self.game._at(at), self.game._together():
             lin = autodiff.linearize(self.game, self.args, self.kwargs)
-        if self.losses is None:
-            self.losses = tuple(l.detach() for l in lin.losses)
+        self._seen([l.detach() for l in lin.losses])
         if not all_finite(lin.xi):
-            raise NonFiniteError(self._where(lin.losses, "the vector field ξ"))
+            raise NonFiniteError(self.where("the vector field ξ"))
         return lin
 
-    def _where(self, losses: Sequence[Tensor], what: str) -> str:
-        bad = [p.name for p, l in zip(self.game.players, losses) if not torch.isfinite(l).all()]
+    def where(self, what: str) -> str:
+        """An error message: ``what`` is not finite, with the players whose losses were not."""
+        bad = [
+            p.name
+            for i, p in enumerate(self.game.players)
+            if any(not torch.isfinite(losses[i]).all() for losses in self._all_losses if i < len(losses))
+        ]
         hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
         if not bad and self.game._parallel is not None:
             hint = " (on another rank: its losses failed or were not finite)"
         return f"{what} is not finite{hint}; the step was refused and nothing changed"
 
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
-        """A new vector: each player's part of ``vec`` times its factor."""
-        return self.layout.scale_([t.clone() for t in vec], factors)
+        """A new (pool) vector: each player's part of ``vec`` times its factor."""
+        out = self.empty()
+        torch._foreach_copy_(out, vec)
+        return self.layout.scale_(out, factors)
 
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor."""
@@ -200,6 +215,7 @@ class Game:
                 views.append(buf.grad_view(idx))
             self._grad_views.append(views)
         self._backup: Vec | None = None
+        self._pool = VecPool(self.layout)
         self._keys = _entry_keys(self.layout, self.players)
 
     def _modules(self) -> list[nn.Module]:
@@ -225,26 +241,28 @@ class Game:
         self.algorithm.refresh_params(self)
 
     # ------------------------------------------------------------ evaluation
-    class _AtPoint:
-        def __init__(self, game: Game, at: Vec | None) -> None:
-            self.game, self.at = game, at
-
-        def __enter__(self) -> None:
-            if self.at is None:
-                return
-            g = self.game
-            if g._backup is None:
-                g._backup = g.layout.zeros()
-            torch._foreach_copy_(g._backup, g.layout.data)
-            torch._foreach_copy_(g.layout.data, self.at)
-
-        def __exit__(self, *exc: Any) -> None:
-            if self.at is not None:
-                torch._foreach_copy_(self.game.layout.data, self.game._backup)
-
-    def _at(self, at: Vec | None) -> Game._AtPoint:
-        """Evaluate at ``at`` and put the current point back afterwards (also on error)."""
-        return Game._AtPoint(self, at)
+    @contextlib.contextmanager
+    def _at(self, at: Vec | None, along: Along | None = None, why: Callable[[], str] | None = None) -> Iterator[None]:
+        """Evaluate at ``at``, or at w + factorᵢ·dᵢ for ``along=(d, factors)``, and put
+        the current point back afterwards (also on error). Refuses a non-finite point."""
+        if at is None and along is None:
+            yield
+            return
+        data = self.layout.data
+        if self._backup is None:
+            self._backup = self.layout.zeros()
+        torch._foreach_copy_(self._backup, data)
+        try:
+            with torch.no_grad():
+                if at is not None:
+                    torch._foreach_copy_(data, at)
+                else:
+                    self.layout.add_scaled_(data, *along)  # type: ignore[misc]
+            if not all_finite(data):
+                raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
+            yield
+        finally:
+            torch._foreach_copy_(data, self._backup)
 
     def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
@@ -288,19 +306,23 @@ class Game:
         """
         self._sync()
         oracle = Oracle(self, args, kwargs)
+        old = self.algorithm.algo_state
+        kept = old
         try:
             delta, new_state = self.algorithm.step(oracle)
-            if not all_finite(list(delta) + tensors_in(new_state)):
-                raise NonFiniteError("the update is not finite; the step was refused and nothing changed")
+            if not all_finite(_unchecked(delta, new_state, old)):
+                raise NonFiniteError(oracle.where("the vector field ξ or the update"))
+            with torch.no_grad():
+                torch._foreach_add_(self.layout.data, delta)
+            self.algorithm.algo_state = kept = new_state
         except NonFiniteError:
             if self.on_nonfinite == "raise":
                 raise
             self.skipped_steps += 1
             log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
             return oracle.losses if oracle.losses is not None else ()
-        with torch.no_grad():
-            torch._foreach_add_(self.layout.data, delta)
-        self.algorithm.algo_state = new_state
+        finally:
+            self._pool.recycle(tensors_in(kept))
         self._steps += 1
         if self.check_replicas_every and self._steps % self.check_replicas_every == 0:
             self.check_replicas()
@@ -344,6 +366,18 @@ class Game:
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
         return f"Game([{names}], algorithm={self.algorithm!r})"
+
+
+def _unchecked(delta: Vec, new_state: Any, old_state: Any) -> list[Tensor]:
+    """The tensors of a step to check for finiteness, each once: the delta and the
+    new state, less what the old state already held (checked when committed)."""
+    seen = {id(t) for t in tensors_in(old_state)}
+    out = []
+    for t in list(delta) + tensors_in(new_state):
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
 
 
 def _is_vec(obj: Any, layout: JointLayout) -> bool:

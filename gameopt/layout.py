@@ -113,10 +113,54 @@ class JointLayout:
                 torch._foreach_mul_([t[e.start : e.stop] for e in entries], fs)
         return vec
 
+    def add_scaled_(self, out: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
+        """In place: ``out += factor · vec``, each player's part with its factor."""
+        for g, (o, t) in enumerate(zip(out, vec)):
+            entries = [e for e in self.entries if e.group == g]
+            fs = [float(factors[e.player]) for e in entries]
+            if self._uniform_groups[g] or len(set(fs)) == 1:
+                o.add_(t, alpha=fs[0])
+            else:
+                for e, f in zip(entries, fs):
+                    o[e.start : e.stop].add_(t[e.start : e.stop], alpha=f)
+        return out
+
     def dot(self, a: Vec, b: Vec) -> Tensor:
         """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""
         parts = [torch.dot(x, y).to(device=a[0].device, dtype=torch.float64) for x, y in zip(a, b)]
         return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+
+class VecPool:
+    """Joint vectors reused from step to step, so that a warm step of a first-order
+    method allocates no parameter-sized memory.
+
+    :meth:`take` hands out a vector (contents undefined). After a step the game
+    calls :meth:`recycle` with the algorithm state it keeps: every vector handed
+    out that the state does not hold (compared by storage, so views count) is free
+    again for the next step.
+    """
+
+    def __init__(self, layout: JointLayout) -> None:
+        self.layout = layout
+        self._owned: list[Vec] = []
+        self._free: list[Vec] = []
+
+    def take(self) -> Vec:
+        if self._free:
+            return self._free.pop()
+        vec = [torch.empty_like(t) for t in self.layout.data]
+        self._owned.append(vec)
+        return vec
+
+    def recycle(self, keep: Sequence[Tensor]) -> None:
+        live = {t.untyped_storage().data_ptr() for t in keep}
+        self._free = [v for v in self._owned if v[0].untyped_storage().data_ptr() not in live]
+
+    @property
+    def num_vectors(self) -> int:
+        """How many joint vectors the pool has allocated in all."""
+        return len(self._owned)
 
 
 def all_finite(vecs: Sequence[Tensor]) -> bool:

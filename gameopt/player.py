@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 
 import torch
@@ -9,6 +10,7 @@ from torch import Tensor, nn
 
 from .buffer import FlatBuffer
 
+_PARAMETERS = operator.attrgetter("_parameters")
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
 
 
@@ -100,16 +102,27 @@ class Player:
         self.buffers: tuple[FlatBuffer, ...] = tuple(FlatBuffer(g, self.align, modules) for g in groups.values())
         self._params = params
         self._owners = owners
+        places = [(sub, name, p) for p, ps in zip(params, owners) for sub, name in ps]
+        self._subs = [sub for sub, _, _ in places]
+        self._names = [n for _, n, _ in places]
+        self._registered = [p for _, _, p in places]
         self._where = {id(p): (b, i) for b in self.buffers for i, p in enumerate(b.params)}
         self.generation += 1
 
     # ---------------------------------------------------------------- checking
     def stale(self) -> str | None:
         """Why the module no longer uses this player's buffers, or ``None``."""
+        # fast path, iterated in C: every registration still holds its parameter
+        now = map(dict.get, map(_PARAMETERS, self._subs), self._names)
+        if all(map(operator.is_, now, self._registered)):
+            return self._buffers_stale()
         for p, places in zip(self._params, self._owners):
             for sub, pname in places:
                 if sub._parameters.get(pname) is not p:
                     return f"parameter {pname!r} of {type(sub).__name__} was replaced (assign=True or setattr)"
+        return self._buffers_stale()
+
+    def _buffers_stale(self) -> str | None:
         for buf in self.buffers:
             why = buf.stale()
             if why:

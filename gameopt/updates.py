@@ -2,21 +2,30 @@
 
 A rule maps a direction ``d`` (a list of flat tensors, usually a joint vector) to
 the direction actually followed, with explicit state:
-``out, new_state = rule.apply(d, state)``. Rules are elementwise, so an algorithm
-may apply them to the whole joint vector or to one player's part of it. They never
-modify ``d`` or ``state`` in place (a failed step leaves the state as it was).
-The learning rate is applied by the algorithm afterwards: ``w ← w − η · out``.
+``out, new_state = rule.apply(d, state, empty)``. Rules are elementwise, so an
+algorithm may apply them to the whole joint vector or to one player's part of it.
+They never modify ``d`` or ``state`` in place (a failed step leaves the state as it
+was): new values are written into tensors from ``empty()`` (tensors shaped like
+``d``, contents undefined; the game's pool of reused vectors, so a warm step
+allocates nothing). The learning rate is applied by the algorithm afterwards:
+``w ← w − η · out``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 State = dict[str, Any]
+Empty = Callable[[], list[Tensor]]
+
+
+def _empty_like(d: list[Tensor]) -> Empty:
+    return lambda: [torch.empty_like(t) for t in d]
 
 
 class UpdateRule:
@@ -25,7 +34,7 @@ class UpdateRule:
     def init(self, like: list[Tensor]) -> State:
         return {}
 
-    def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
+    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
         return d, state
 
     def __repr__(self) -> str:
@@ -54,9 +63,16 @@ class Momentum(UpdateRule):
     def init(self, like: list[Tensor]) -> State:
         return {"buf": [torch.zeros_like(t) for t in like]}
 
-    def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
-        buf = list(torch._foreach_add(torch._foreach_mul(state["buf"], self.momentum), d))
-        out = list(torch._foreach_add(d, buf, alpha=self.momentum)) if self.nesterov else buf
+    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
+        empty = empty or _empty_like(d)
+        buf = empty()
+        for b, old, x in zip(buf, state["buf"], d):
+            torch.mul(old, self.momentum, out=b).add_(x)
+        if not self.nesterov:
+            return buf, {"buf": buf}
+        out = empty()
+        for o, x, b in zip(out, d, buf):
+            torch.add(x, b, alpha=self.momentum, out=o)
         return out, {"buf": buf}
 
 
@@ -82,13 +98,14 @@ class Adam(UpdateRule):
     def init(self, like: list[Tensor]) -> State:
         return {"m": [torch.zeros_like(t) for t in like], "v": [torch.zeros_like(t) for t in like], "t": 0}
 
-    def apply(self, d: list[Tensor], state: State) -> tuple[list[Tensor], State]:
+    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
         b1, b2 = self.betas
         t = state["t"] + 1
-        m = list(torch._foreach_add(torch._foreach_mul(state["m"], b1), d, alpha=1 - b1))
-        v = list(torch._foreach_mul(state["v"], b2))
-        torch._foreach_addcmul_(v, d, d, value=1 - b2)
-        denom = torch._foreach_add(torch._foreach_sqrt(v), self.eps)
-        out = list(torch._foreach_div(m, denom))
-        torch._foreach_mul_(out, math.sqrt(1 - b2**t) / (1 - b1**t))
+        empty = empty or _empty_like(d)
+        m, v, out = empty(), empty(), empty()
+        for x, m0, v0, m1, v1, o in zip(d, state["m"], state["v"], m, v, out):
+            torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
+            torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
+            torch.sqrt(v1, out=o).add_(self.eps)
+            torch.div(m1, o, out=o).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
         return out, {"m": m, "v": v, "t": t}

@@ -202,6 +202,49 @@ def test_non_finite_field_refuses_the_step_and_changes_nothing(make, where) -> N
     for a, b in zip(tg.params(), before_params):
         assert torch.equal(a, b)
     _assert_same_state(game.state_dict(), before_state)
+    if where == "first" and isinstance(game.algorithm, gameopt.Extragradient):
+        assert armed["calls"] == 1  # never evaluated at a non-finite extrapolated point
+
+
+FIRST_ORDER = {
+    "SimGD": lambda: gameopt.SimGD(0.05),
+    "SimGD+Momentum": lambda: gameopt.SimGD(0.05, update=gameopt.Momentum(0.5)),
+    "SimGD+Nesterov": lambda: gameopt.SimGD(0.05, update=gameopt.Momentum(0.5, nesterov=True)),
+    "SimGD+Adam": lambda: gameopt.SimGD(0.05, update=gameopt.Adam()),
+    "Extragradient": lambda: gameopt.Extragradient(0.05),
+    "Extra-Adam": lambda: gameopt.Extragradient([0.05, 0.02, 0.03], update=gameopt.Adam()),
+    "Optimistic": lambda: gameopt.Optimistic(0.05),
+    "Optimistic+Adam": lambda: gameopt.Optimistic(0.05, update=gameopt.Adam()),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST_ORDER))
+def test_first_order_steps_reuse_their_vectors_once_warm(name) -> None:
+    """No parameter-sized allocation for the vector math of a warm first-order step:
+    the state's vectors come from the game's pool and the pool stops growing."""
+    game = GAMES["quadratic"]().build(FIRST_ORDER[name]())
+    for _ in range(3):
+        game.step()
+    pool = game._pool
+    allocated = pool.num_vectors
+    owned = {v[0].untyped_storage().data_ptr() for v in pool._owned}
+    for _ in range(6):
+        game.step()
+        for t in gameopt.algorithms.base.tensors_in(game.algorithm.algo_state):
+            if t.dim() == 1 and t.numel() == game.layout.data[0].numel():
+                assert t.untyped_storage().data_ptr() in owned
+    assert pool.num_vectors == allocated
+
+
+@pytest.mark.parametrize("name", list(FIRST_ORDER))
+def test_state_dict_is_a_snapshot_that_later_steps_do_not_touch(name) -> None:
+    game = GAMES["quadratic"]().build(FIRST_ORDER[name]())
+    game.step()
+    saved = game.state_dict()
+    frozen = copy.deepcopy(saved)
+    for _ in range(4):
+        game.step()
+    _assert_same_state(saved, frozen)
 
 
 def test_skip_option_skips_non_finite_steps() -> None:

@@ -91,19 +91,18 @@ class Algorithm(torch.optim.Optimizer):
     def descend(self, oracle: Oracle, d: Vec, rule_state: State, scratch: bool = False) -> tuple[Vec, State]:
         """−η · rule(d), per player, and the rule's new state. With ``scratch``, ``d``
         may be overwritten (it is the oracle's buffer or a temporary)."""
-        out, new_rule_state = self.rule.apply(d, rule_state)
+        out, new_rule_state = self.rule.apply(d, rule_state, oracle.empty)
         factors = [-lr for lr in self.lrs]
-        if out is d and not scratch:
-            return oracle.scaled(out, factors), new_rule_state
         state_ids = {id(t) for t in tensors_in(new_rule_state)}
-        if any(id(o) in state_ids for o in out):
-            return oracle.scaled(out, factors), new_rule_state  # out is also state: keep it intact
+        if (out is d and not scratch) or any(id(o) in state_ids for o in out):
+            return oracle.scaled(out, factors), new_rule_state  # keep ``d`` or the state intact
         return oracle.scale_(out, factors), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        return {"type": type(self).__name__, "param_groups": groups, "state": self.algo_state}
+        # a snapshot: the live state's tensors are reused by later steps
+        return {"type": type(self).__name__, "param_groups": groups, "state": _clone(self.algo_state)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
         if state_dict.get("type") != type(self).__name__:

@@ -43,9 +43,9 @@ class Extragradient(Algorithm):
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         eta_x = self.hyper["extrapolation_lr"]
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
-        out, rule_state = self.rule.apply(oracle.xi(), state["rule"])
-        extrapolated = list(torch._foreach_add(oracle.params, oracle.scaled(out, [-lr for lr in lrs])))
-        delta, rule_state = self.descend(oracle, oracle.xi(at=extrapolated), rule_state)
+        out, rule_state = self.rule.apply(oracle.xi(), state["rule"], oracle.empty)
+        xi_x = oracle.xi(along=(out, [-lr for lr in lrs]))  # ξ(w'), w' = w − η' out
+        delta, rule_state = self.descend(oracle, xi_x, rule_state, scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -71,8 +71,14 @@ class Optimistic(Algorithm):
         return {"rule": self.rule.init(game.layout.data), "prev": game.layout.zeros(), "t": 0}
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        out, rule_state = self.rule.apply(oracle.xi(), state["rule"])
+        xi = oracle.xi()
+        out, rule_state = self.rule.apply(xi, state["rule"], oracle.empty)
         prev = state["prev"] if state["t"] > 0 else out
-        direction = list(torch._foreach_sub(torch._foreach_mul(out, 2.0), prev))
-        delta = oracle.scale_(direction, [-lr for lr in self.lrs])
-        return delta, {"rule": rule_state, "prev": [t.clone() for t in out], "t": state["t"] + 1}
+        delta = oracle.empty()
+        for o, p, x in zip(delta, prev, out):
+            torch.add(p, x, alpha=-2.0, out=o)  # −(2 out − prev), exactly
+        oracle.scale_(delta, self.lrs)
+        if out is xi:  # the game's gradient buffer: keep a copy
+            out = oracle.empty()
+            torch._foreach_copy_(out, xi)
+        return delta, {"rule": rule_state, "prev": out, "t": state["t"] + 1}
