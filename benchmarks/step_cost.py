@@ -17,8 +17,10 @@ flat gradient tensors. A reference row times the bare unfused evaluation
 Candidates, each timed interleaved with the baseline and reported as the median of
 per-round ratios (step time / ξ time): gameopt SimGD, Optimistic, Extragradient,
 AltGD, SimGD+Adam, Extragradient+Adam (Extra-Adam), Lookahead(SimGD); for
-reference SimGD written the obvious way (autograd.grad + per-parameter loop),
-``torch.optim.SGD`` per player (zero_grad + backward), and cooper's ``ExtraSGD``
+reference the bare unfused ξ, SimGD / Optimistic / Extragradient written the
+obvious way on unfused modules (``autograd.grad``, then the update as a
+per-parameter loop, with ``torch._foreach_*``, or on ``torch.cat`` copies made
+every step), ``torch.optim.SGD`` per player (zero_grad + backward), and cooper's ``ExtraSGD``
 / ``ExtraAdam`` doing one extragradient step (zero_grad + backward per player,
 ``extrapolation()``, again, ``step()``). Then gameopt's Extragradient is timed
 interleaved directly against cooper's ``ExtraSGD`` (and Extra-Adam against
@@ -188,19 +190,92 @@ def gameopt_step(pair: Pair, make_algorithm: Callable[[], gameopt.Algorithm]) ->
     return step
 
 
-def obvious_simgd(pair: Pair) -> Callable[[], object]:
-    """SimGD written the obvious way: pruned grads, then a per-parameter loop."""
+class _Loop:
+    """Vector math the obvious way, one op per parameter tensor."""
+
+    @staticmethod
+    def axpy_(ys: list[Tensor], a: float, xs: list[Tensor]) -> None:
+        for y, x in zip(ys, xs):
+            y.add_(x, alpha=a)
+
+    @staticmethod
+    def copy(xs: list[Tensor]) -> list[Tensor]:
+        return [x.clone() for x in xs]
+
+    @staticmethod
+    def load_(ys: list[Tensor], xs: list[Tensor]) -> None:
+        for y, x in zip(ys, xs):
+            y.copy_(x)
+
+
+class _Foreach(_Loop):
+    """The same with ``torch._foreach_*`` (one dispatch per list)."""
+
+    @staticmethod
+    def axpy_(ys: list[Tensor], a: float, xs: list[Tensor]) -> None:
+        torch._foreach_add_(ys, xs, alpha=a)
+
+    @staticmethod
+    def copy(xs: list[Tensor]) -> list[Tensor]:
+        return list(torch._foreach_mul(xs, 1.0))
+
+    @staticmethod
+    def load_(ys: list[Tensor], xs: list[Tensor]) -> None:
+        torch._foreach_copy_(ys, xs)
+
+
+class _Cat(_Loop):
+    """The same on ``torch.cat`` copies made every step, written back per parameter."""
+
+    @staticmethod
+    def axpy_(ys: list[Tensor], a: float, xs: list[Tensor]) -> None:
+        flat = torch.cat([y.reshape(-1) for y in ys]) + a * torch.cat([x.reshape(-1) for x in xs])
+        _Cat.load_(ys, list(flat.split([y.numel() for y in ys])))
+
+    @staticmethod
+    def copy(xs: list[Tensor]) -> list[Tensor]:
+        return list(torch.cat([x.reshape(-1) for x in xs]).split([x.numel() for x in xs]))
+
+    @staticmethod
+    def load_(ys: list[Tensor], xs: list[Tensor]) -> None:
+        for y, x in zip(ys, xs):
+            y.copy_(x.view_as(y))
+
+
+STYLES = {"per-param loop": _Loop, "foreach": _Foreach, "torch.cat": _Cat}
+
+
+def obvious(pair: Pair, algorithm: str, style: str) -> Callable[[], object]:
+    """SimGD, Optimistic or Extragradient written the obvious way on unfused modules:
+    ``autograd.grad`` per player, then the update in one of :data:`STYLES`."""
+    ops = STYLES[style]
     G, D = pair.fresh()
     gp, dp = list(G.parameters()), list(D.parameters())
     params = gp + dp
     losses, x, z = gan_losses(G, D), pair.x, pair.z
+    prev: list[list[Tensor]] = []
 
-    def step() -> None:
+    def grads() -> list[Tensor]:
         loss_g, loss_d = losses(x, z)
-        grads = torch.autograd.grad(loss_g, gp, retain_graph=True) + torch.autograd.grad(loss_d, dp)
-        with torch.no_grad():
-            for p, g in zip(params, grads):
-                p.add_(g, alpha=-LR)
+        return list(torch.autograd.grad(loss_g, gp, retain_graph=True) + torch.autograd.grad(loss_d, dp))
+
+    @torch.no_grad()
+    def step() -> None:
+        with torch.enable_grad():
+            g = grads()
+        if algorithm == "SimGD":
+            ops.axpy_(params, -LR, g)
+        elif algorithm == "Optimistic":  # w -= lr (2 g - prev)
+            ops.axpy_(params, -2 * LR, g)
+            ops.axpy_(params, LR, prev[0] if prev else g)
+            prev[:] = [g]
+        else:  # Extragradient
+            saved = ops.copy(params)
+            ops.axpy_(params, -LR, g)
+            with torch.enable_grad():
+                g2 = grads()
+            ops.load_(params, saved)
+            ops.axpy_(params, -LR, g2)
 
     step.params = params  # type: ignore[attr-defined]
     return step
@@ -258,7 +333,9 @@ def candidates(pair: Pair) -> dict[str, tuple[Callable[[], object], str]]:
     for name, make in GAMEOPT.items():
         out[name] = (gameopt_step(pair, make), "")
     out["ref: unfused xi, no flat vector"] = (unfused_xi(pair), "autograd.grad per player")
-    out["ref: SimGD the obvious way"] = (obvious_simgd(pair), "autograd.grad + per-param loop")
+    for algorithm in ("SimGD", "Optimistic", "Extragradient"):
+        for style in STYLES:
+            out[f"ref: {algorithm}, {style}"] = (obvious(pair, algorithm, style), "the obvious way, unfused")
     out["ref: torch.optim.SGD per player"] = (torch_sgd(pair), "zero_grad + backward(inputs=)")
     out["ref: cooper ExtraSGD"] = (cooper_extra(pair, "ExtraSGD"), "2 x zero_grad + backward")
     out["ref: cooper ExtraAdam"] = (cooper_extra(pair, "ExtraAdam"), "2 x zero_grad + backward")
@@ -266,15 +343,20 @@ def candidates(pair: Pair) -> dict[str, tuple[Callable[[], object], str]]:
 
 
 def sanity_check(pair: Pair) -> None:
-    """gameopt's SimGD step equals the hand-written one on the same starting point."""
-    a = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
-    b = obvious_simgd(pair)
-    a()
-    b()
-    game = a.game  # type: ignore[attr-defined]
-    mine = torch.cat([p.detach().reshape(-1) for player in game.players for p in player.module.parameters()])
-    ref = torch.cat([p.detach().reshape(-1) for p in b.params])  # type: ignore[attr-defined]
-    torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6, msg="gameopt SimGD differs from the reference step")
+    """Every reference computes the same step as gameopt from the same starting
+    point, and the baseline computes gameopt's ξ."""
+    for algorithm in ("SimGD", "Optimistic", "Extragradient"):
+        a = gameopt_step(pair, GAMEOPT[f"gameopt {algorithm}"])
+        a()
+        a()  # two steps: Optimistic's second one uses the previous gradient
+        game = a.game  # type: ignore[attr-defined]
+        mine = torch.cat([p.detach().reshape(-1) for player in game.players for p in player.module.parameters()])
+        for style in STYLES:
+            b = obvious(pair, algorithm, style)
+            b()
+            b()
+            ref = torch.cat([p.detach().reshape(-1) for p in b.params])  # type: ignore[attr-defined]
+            torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6, msg=f"{algorithm} ({style}) differs")
     g_grad, d_grad = plain_xi(pair)()  # type: ignore[misc]
     fresh = gameopt_step(pair, GAMEOPT["gameopt SimGD"]).game  # type: ignore[attr-defined]
     torch.testing.assert_close(
