@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import warnings
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,19 +65,23 @@ def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> 
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
     detached losses. Other players' gradient buffers are left untouched."""
     losses = evaluate_losses(game, args, kwargs)
-    for k, i in enumerate(which):
-        player = game.players[i]
-        try:
-            grads = torch.autograd.grad(losses[i], player._params, retain_graph=k < len(which) - 1, allow_unused=True)
-        except RuntimeError as err:
-            if losses[i].grad_fn is None:
-                raise _no_path(player.name) from err
-            raise
-        views = game._grad_views[i]
-        have = [(v, g) for v, g in zip(views, grads) if g is not None]
-        if not have:
-            raise _no_path(player.name)
-        with torch.no_grad():
+    last = len(which) - 1
+    with torch.no_grad():  # the copies; autograd.grad itself does not depend on grad mode
+        for k, i in enumerate(which):
+            player = game.players[i]
+            try:
+                grads = torch.autograd.grad(losses[i], player._params, retain_graph=k < last, allow_unused=True)
+            except RuntimeError as err:
+                if losses[i].grad_fn is None:
+                    raise _no_path(player.name) from err
+                raise
+            views = game._grad_views[i]
+            if all(map(operator.is_not, grads, repeat(None))) and not player.has_sparse_grad:
+                torch._foreach_copy_(views, grads)  # the common case
+                continue
+            have = [(v, g) for v, g in zip(views, grads) if g is not None]
+            if not have:
+                raise _no_path(player.name)
             for v, g in zip(views, grads):
                 if g is None:
                     v.zero_()

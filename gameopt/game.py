@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -217,6 +218,17 @@ class Game:
         self._backup: Vec | None = None
         self._pool = VecPool(self.layout)
         self._keys = _entry_keys(self.layout, self.players)
+        self._watch = _Watch(self.players)
+
+    def _unchanged(self) -> bool:
+        """Nothing moved since the layout was built (one C-level pass over all parameters)."""
+        w = self._watch
+        return (
+            all(map(operator.is_, map(_BUFFERS, self.players), w.buffers))
+            and all(map(operator.is_, map(dict.get, map(_PARAMETERS, w.subs), w.names), w.registered))
+            and list(map(Tensor.data_ptr, w.params)) == w.ptrs
+            and list(map(_SHAPE, w.params)) == w.shapes
+        )
 
     def _modules(self) -> list[nn.Module]:
         return [p.module for p in self.players if p.module is not None]
@@ -224,6 +236,8 @@ class Game:
     def _sync(self) -> None:
         """Notice players that re-fused (module converted) or left the joint storage,
         and rebuild the layout keeping parameter values and algorithm state."""
+        if self._unchanged():
+            return
         changed = [p.check() for p in self.players]
         moved = any(
             e.buffer not in self.players[e.player].buffers
@@ -301,6 +315,8 @@ class Game:
         """One step of the algorithm. Arguments are passed on to ``losses``.
 
         Returns the players' losses at the start of the step (detached 0-d tensors).
+        The players' gradient buffers (``.grad``) serve as scratch space during a
+        step; read ξ with :meth:`vector_field`.
         Raises :class:`NonFiniteError` (nothing changed) when a vector field or the
         update is not finite, unless ``on_nonfinite="skip"``.
         """
@@ -366,6 +382,25 @@ class Game:
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
         return f"Game([{names}], algorithm={self.algorithm!r})"
+
+
+_BUFFERS = operator.attrgetter("buffers")
+_PARAMETERS = operator.attrgetter("_parameters")
+_SHAPE = operator.attrgetter("shape")
+
+
+class _Watch:
+    """What a game's layout was built on: each player's buffers, where each parameter
+    is registered, and each parameter's storage pointer and shape."""
+
+    def __init__(self, players: Sequence[Player]) -> None:
+        self.buffers = [p.buffers for p in players]
+        self.subs = [s for p in players for s in p._subs]
+        self.names = [n for p in players for n in p._names]
+        self.registered = [q for p in players for q in p._registered]
+        self.params = [q for p in players for b in p.buffers for q in b.params]
+        self.ptrs = [q.data_ptr() for q in self.params]
+        self.shapes = [q.shape for q in self.params]
 
 
 def _unchecked(delta: Vec, new_state: Any, old_state: Any) -> list[Tensor]:

@@ -74,11 +74,13 @@ class Optimistic(Algorithm):
         xi = oracle.xi()
         out, rule_state = self.rule.apply(xi, state["rule"], oracle.empty)
         prev = state["prev"] if state["t"] > 0 else out
-        delta = oracle.empty()
-        for o, p, x in zip(delta, prev, out):
-            torch.add(p, x, alpha=-2.0, out=o)  # −(2 out − prev), exactly
-        oracle.scale_(delta, self.lrs)
-        if out is xi:  # the game's gradient buffer: keep a copy
+        if out is xi:  # the game's gradient buffer: keep a copy, then reuse the buffer for delta
             out = oracle.empty()
             torch._foreach_copy_(out, xi)
+            delta = xi
+        else:
+            delta = oracle.empty()
+        for d, p, o in zip(delta, prev, out):
+            torch.add(p, o, alpha=-2.0, out=d)  # −(2 out − prev), exactly
+        oracle.scale_(delta, self.lrs)
         return delta, {"rule": rule_state, "prev": out, "t": state["t"] + 1}
