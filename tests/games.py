@@ -36,9 +36,13 @@ class TestGame:
     modules: list[VecModule] = field(default_factory=list)
 
     def build(
-        self, algorithm: gameopt.Algorithm, dtype: torch.dtype = torch.float64, raw: bool = False
+        self,
+        algorithm: gameopt.Algorithm,
+        dtype: torch.dtype = torch.float64,
+        raw: bool = False,
+        device: str | torch.device = "cpu",
     ) -> gameopt.Game:
-        self.modules = [VecModule(w.to(dtype)) for w in self.init]
+        self.modules = [VecModule(w.to(device, dtype)) for w in self.init]
         players = [gameopt.Player([m.w] if raw else m, name=f"p{i}") for i, m in enumerate(self.modules)]
         return gameopt.Game(players, lambda: self.losses_fn([m.w for m in self.modules]), algorithm=algorithm)
 
@@ -53,11 +57,11 @@ def bilinear(n: int = 3, seed: int = 0) -> TestGame:
     init = [torch.randn(n, generator=g, dtype=torch.float64) for _ in range(2)]
 
     def losses(ws):
-        f = ws[0] @ A.to(ws[0].dtype) @ ws[1]
+        f = ws[0] @ A.to(ws[0]) @ ws[1]
         return [f, -f]
 
     def xi(ws):
-        return [A.to(ws[1].dtype) @ ws[1], -A.to(ws[0].dtype).T @ ws[0]]
+        return [A.to(ws[1]) @ ws[1], -A.to(ws[0]).T @ ws[0]]
 
     def jac(ws):
         z = torch.zeros(n, n, dtype=torch.float64)
@@ -90,7 +94,7 @@ def quadratic(n_players: int = 3, dim: int = 2, seed: int = 1) -> TestGame:
     def losses(ws):
         out = []
         for i in range(n_players):
-            d = ws[i].dtype
+            d = ws[i]  # dtype and device
             f = 0.5 * ws[i] @ S[i].to(d) @ ws[i] + c[i].to(d) @ ws[i]
             for j in range(n_players):
                 if j != i:
@@ -101,7 +105,7 @@ def quadratic(n_players: int = 3, dim: int = 2, seed: int = 1) -> TestGame:
     def xi(ws):
         out = []
         for i in range(n_players):
-            d = ws[i].dtype
+            d = ws[i]  # dtype and device
             v = S[i].to(d) @ ws[i] + c[i].to(d)
             for j in range(n_players):
                 if j != i:
@@ -140,14 +144,14 @@ def nonquadratic(seed: int = 2) -> TestGame:
         out = []
         for i in range(3):
             w, u, v = ws[i], ws[(i + 1) % 3], ws[(i + 2) % 3]
-            out.append(0.5 * (w @ w) * (1 + u @ u) + (a[i].to(w.dtype) * torch.tanh(w)) @ v)
+            out.append(0.5 * (w @ w) * (1 + u @ u) + (a[i].to(w) * torch.tanh(w)) @ v)
         return out
 
     def xi(ws):
         out = []
         for i in range(3):
             w, u, v = ws[i], ws[(i + 1) % 3], ws[(i + 2) % 3]
-            out.append(w * (1 + u @ u) + a[i].to(w.dtype) * (1 - torch.tanh(w) ** 2) * v)
+            out.append(w * (1 + u @ u) + a[i].to(w) * (1 - torch.tanh(w) ** 2) * v)
         return out
 
     def jac(ws):

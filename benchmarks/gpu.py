@@ -1,0 +1,234 @@
+"""The step-cost table on a CUDA GPU, with realistic sizes (run by ``benchmarks/gpu.sh``).
+
+* a DCGAN-size pair (64×64 images, latent 100, 64 base channels: about 3.6M
+  generator and 2.8M discriminator parameters, batch 64): each algorithm's step
+  time as a multiple of the hand-fused plain ξ (as in ``step_cost``), extragradient
+  written the obvious way with ``torch._foreach_*``, cooper's ExtraSGD/ExtraAdam
+  when installed, and the peak memory of a warm step above the memory before it
+  (``torch.cuda.max_memory_allocated``) in parameter vectors;
+* the bandwidth test: 10^8 parameters in a Player, the fused axpy and a gameopt
+  SimGD step's vector math against the single-tensor ``add_``, in GB/s.
+
+Every call is followed by ``torch.cuda.synchronize()``; comparisons are interleaved.
+
+    python3 -m benchmarks.gpu [--device cuda] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import gameopt
+
+from ._common import Result, base_parser, calibrate, compare, print_table, save_csv
+from .step_cost import STYLES, hand_fuse
+
+
+def dcgan(nz: int = 100, ch: int = 64, size: int = 64) -> tuple[nn.Module, nn.Module]:
+    """The DCGAN generator and discriminator (Radford et al. 2016) for ``size``² RGB images."""
+    n_up = {64: 4, 32: 3, 16: 2}[size]
+    mult = 2 ** (n_up - 1)
+    g: list[nn.Module] = [nn.ConvTranspose2d(nz, ch * mult, 4, 1, 0, bias=False), nn.BatchNorm2d(ch * mult), nn.ReLU()]
+    for _ in range(n_up - 1):
+        g += [nn.ConvTranspose2d(ch * mult, ch * mult // 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ch * mult // 2)]
+        g.append(nn.ReLU())
+        mult //= 2
+    g += [nn.ConvTranspose2d(ch, 3, 4, 2, 1, bias=False), nn.Tanh()]
+    d: list[nn.Module] = [nn.Conv2d(3, ch, 4, 2, 1, bias=False), nn.LeakyReLU(0.2)]
+    mult = 1
+    for _ in range(n_up - 1):
+        d += [nn.Conv2d(ch * mult, ch * mult * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ch * mult * 2)]
+        d.append(nn.LeakyReLU(0.2))
+        mult *= 2
+    d += [nn.Conv2d(ch * mult, 1, 4, 1, 0, bias=False), nn.Flatten()]
+    return nn.Sequential(*g), nn.Sequential(*d)
+
+
+def losses_of(G: nn.Module, D: nn.Module) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    def losses(x: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        fake = G(z)
+        d_real, d_fake = D(x), D(fake)
+        return F.softplus(-d_fake).mean(), F.softplus(-d_real).mean() + F.softplus(d_fake).mean()
+
+    return losses
+
+
+ALGORITHMS: dict[str, Callable[[], gameopt.Algorithm]] = {
+    "SimGD": lambda: gameopt.SimGD(1e-4),
+    "Optimistic": lambda: gameopt.Optimistic(1e-4),
+    "Extragradient": lambda: gameopt.Extragradient(1e-4),
+    "SimGD+Adam": lambda: gameopt.SimGD(1e-4, update=gameopt.Adam((0.5, 0.999))),
+    "Extra-Adam": lambda: gameopt.Extragradient(1e-4, update=gameopt.Adam((0.5, 0.999))),
+    "Consensus": lambda: gameopt.ConsensusOptimization(1e-4, gamma=0.1),
+    "SGA": lambda: gameopt.SGA(1e-4),
+}
+
+
+def synced(fn: Callable[[], object], device: torch.device) -> Callable[[], object]:
+    if device.type != "cuda":
+        return fn
+
+    def call() -> object:
+        out = fn()
+        torch.cuda.synchronize(device)
+        return out
+
+    return call
+
+
+def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -> tuple[list[Result], list[str]]:
+    torch.manual_seed(0)
+    size = 32 if quick else 64
+    G0, D0 = dcgan(size=size)
+    batch = 16 if quick else 64
+    x = torch.randn(batch, 3, size, size, device=device)
+    z = torch.randn(batch, 100, 1, 1, device=device)
+    n_params = sum(p.numel() for p in G0.parameters()) + sum(p.numel() for p in D0.parameters())
+    desc = f"DCGAN {size}x{size} ({n_params / 1e6:.1f}M params, batch {batch})"
+
+    def fresh() -> tuple[nn.Module, nn.Module]:
+        G, D = dcgan(size=size)
+        G.load_state_dict(G0.state_dict())
+        D.load_state_dict(D0.state_dict())
+        return G.to(device), D.to(device)
+
+    G, D = fresh()
+    (_, gg, gp), (_, dg, dp) = hand_fuse(G), hand_fuse(D)
+    plain_losses = losses_of(G, D)
+
+    def xi() -> None:
+        gg.zero_()
+        dg.zero_()
+        lg, ld = plain_losses(x, z)
+        torch.autograd.backward(lg, inputs=gp, retain_graph=True)
+        torch.autograd.backward(ld, inputs=dp)
+
+    cands: dict[str, Callable[[], object]] = {"A/A: plain xi vs itself": xi}
+    games: dict[str, gameopt.Game] = {}
+    for name, make in ALGORITHMS.items():
+        Gi, Di = fresh()
+        game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=make())
+        games[name] = game
+        cands[f"gameopt {name}"] = lambda game=game: game.step(x, z)
+    Go, Do = fresh()
+    params, gps, dps, obvious_losses = (
+        list(Go.parameters()) + list(Do.parameters()),
+        list(Go.parameters()),
+        list(Do.parameters()),
+        losses_of(Go, Do),
+    )
+    ops = STYLES["foreach"]
+
+    def obvious_eg() -> None:
+        def grads() -> list[Tensor]:
+            lg, ld = obvious_losses(x, z)
+            return list(torch.autograd.grad(lg, gps, retain_graph=True) + torch.autograd.grad(ld, dps))
+
+        g1 = grads()
+        with torch.no_grad():
+            saved = ops.copy(params)
+            ops.axpy_(params, -1e-4, g1)
+        g2 = grads()
+        with torch.no_grad():
+            ops.load_(params, saved)
+            ops.axpy_(params, -1e-4, g2)
+
+    cands["ref: Extragradient, foreach"] = obvious_eg
+    try:
+        import cooper
+
+        for kind in ("ExtraSGD", "ExtraAdam"):
+            Gc, Dc = fresh()
+            gc, dc = list(Gc.parameters()), list(Dc.parameters())
+            cls = getattr(cooper.optim, kind)
+            opts = [cls(gc, lr=1e-4), cls(dc, lr=1e-4)]
+            lc = losses_of(Gc, Dc)
+
+            def cooper_step(opts=opts, gc=gc, dc=dc, lc=lc) -> None:
+                for stage in ("extrapolation", "step"):
+                    for o in opts:
+                        o.zero_grad()
+                    lg, ld = lc(x, z)
+                    torch.autograd.backward(lg, inputs=gc, retain_graph=True)
+                    torch.autograd.backward(ld, inputs=dc)
+                    for o in opts:
+                        getattr(o, stage)()
+
+            cands[f"ref: cooper {kind}"] = cooper_step
+    except ImportError:
+        pass
+    base = synced(xi, device)
+    results = []
+    for name, fn in cands.items():
+        fn = synced(fn, device)
+        b = calibrate(base, fn, target_s=target)
+        r = compare(desc, name, "plain xi", base, fn, rounds=rounds, batch=b)
+        print(f"  {name:34s} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)", flush=True)
+        results.append(r)
+    notes = []
+    if device.type == "cuda":
+        vec = n_params * 4
+        for name, game in games.items():
+            game.step(x, z)
+            torch.cuda.synchronize(device)
+            before = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            game.step(x, z)
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device)
+            notes.append(
+                f"  {name:14s} peak of a warm step above the memory before it: {(peak - before) / vec:5.2f} vectors"
+            )
+    return results, notes
+
+
+def bandwidth(device: torch.device, quick: bool, rounds: int, target: float) -> list[Result]:
+    n = 10**6 if quick else 10**8
+    torch.manual_seed(0)
+    m = nn.ParameterList([nn.Parameter(torch.randn(n // 4, device=device) * 0.01) for _ in range(4)])
+    player = gameopt.Player(m)
+    flat, grad = player.params, player.grad
+    grad.normal_()
+    a, b = torch.randn(n, device=device), torch.randn(n, device=device)
+    limit = synced(lambda: a.add_(b, alpha=1e-9), device)
+    fused = synced(lambda: flat.add_(grad, alpha=1e-9), device)
+    results = []
+    for name, fn in (("fused axpy on a Player (4 tensors)", fused),):
+        bt = calibrate(limit, fn, target_s=target)
+        r = compare(f"bandwidth, {n:.0e} params", name, "single-tensor add_", limit, fn, rounds=rounds, batch=bt)
+        gbs = 3 * 4 * n / (r.cand_us * 1e-6) / 1e9
+        r.note = f"{gbs:.0f} GB/s (3 x 4 bytes per element)"
+        print(f"  {name:34s} ratio {r.ratio:6.3f}  {r.note}", flush=True)
+        results.append(r)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: benchmarks.gpu needs one (or --device cpu for a dry run)")
+    torch.manual_seed(args.seed)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, device {name}, quick={args.quick}", flush=True)
+    rounds = args.rounds or (4 if args.quick else 10)
+    target = 0.01 if args.quick else 0.05
+    results, notes = dcgan_table(device, args.quick, rounds, target)
+    results += bandwidth(device, args.quick, rounds, target)
+    print_table(results, f"step time / plain ξ on {name} (interleaved, median of per-round ratios)")
+    for line in notes:
+        print(line)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_csv(results, out / f"gpu{'_quick' if args.quick else ''}.csv")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""CUDA: fused buffers, mixed CPU + CUDA players, every algorithm matching its CPU
+float64 result, and Jacobian products through GAN layers.
+
+Skipped without a CUDA device (``benchmarks/gpu.sh`` runs them on one).
+``GAMEOPT_TEST_DEVICE=cpu`` runs the same checks with the CPU as the "device", a
+self-check of this file on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from games import GAMES, VecModule
+from test_algorithms import ALGORITHMS, GENERIC, _lrs
+from torch import nn
+
+import gameopt
+from players.gan_conv import ConvDiscriminator, ConvGenerator, gan_losses
+
+DEVICE = os.environ.get("GAMEOPT_TEST_DEVICE", "cuda")
+pytestmark = pytest.mark.skipif(
+    DEVICE.startswith("cuda") and not torch.cuda.is_available(), reason="needs a CUDA device"
+)
+TABLE = ALGORITHMS + GENERIC
+F64 = torch.float64
+
+
+def test_fused_buffers_live_on_the_device_and_train() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)).to(DEVICE)
+    player = gameopt.Player(m)
+    (buf,) = player.buffers
+    assert buf.data.device.type == torch.device(DEVICE).type
+    start, end = buf.data.data_ptr(), buf.data.data_ptr() + buf.data.numel() * buf.data.element_size()
+    for p in m.parameters():
+        assert start <= p.data_ptr() < end and p.grad is not None and p.grad.device == p.device
+    x = torch.randn(11, 5, device=DEVICE)
+    m(x).square().sum().backward()
+    grads = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    assert torch.equal(player.grad, grads)
+    before = player.params.clone()
+    other = nn.Linear(3, 1).to(DEVICE)
+    game = gameopt.Game(
+        [player, other], lambda: [m(x).square().mean(), other(m(x)).mean()], algorithm=gameopt.SimGD(0.1)
+    )
+    xi = game.vector_field()[0]
+    game.step()
+    torch.testing.assert_close(player.params, before - 0.1 * xi)
+
+
+@pytest.mark.parametrize("info", TABLE, ids=[a.name for a in TABLE])
+@pytest.mark.parametrize("game_name", ["quadratic", "nonquadratic"])
+def test_algorithm_on_the_device_matches_cpu_float64(info, game_name) -> None:
+    results = []
+    for device in ("cpu", DEVICE):
+        tg = GAMES[game_name]()
+        game = tg.build(info.make(_lrs(len(tg.init))), device=device)
+        for _ in range(4):
+            game.step()
+        results.append([p.cpu() for p in tg.params()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gameopt.ACGD([0.1, 0.2]),
+        lambda: gameopt.CGD([0.1, 0.2], tol=1e-12),
+        lambda: gameopt.Extragradient(0.1, update=gameopt.Adam()),
+    ],
+    ids=["ACGD", "CGD", "Extra-Adam"],
+)
+def test_zero_sum_methods_on_the_device_match_cpu_float64(make) -> None:
+    results = []
+    for device in ("cpu", DEVICE):
+        tg = GAMES["bilinear"]()
+        game = tg.build(make(), device=device)
+        for _ in range(4):
+            game.step()
+        results.append([p.cpu() for p in tg.params()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: gameopt.SimGD([0.1, 0.05]), lambda: gameopt.Extragradient(0.1), lambda: gameopt.SGA(0.1)],
+    ids=["SimGD", "Extragradient", "SGA"],
+)
+def test_mixed_cpu_and_device_players_match_an_all_cpu_game(make) -> None:
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(4, 4, generator=g, dtype=F64)
+    init = [torch.randn(4, generator=g, dtype=F64) for _ in range(2)]
+    results = []
+    for second in ("cpu", DEVICE):
+        x, y = VecModule(init[0]), VecModule(init[1]).to(second)
+
+        def losses(x=x, y=y):
+            f = x.w @ A @ y.w.cpu()
+            return [f + 0.1 * x.w.square().sum(), -f + 0.1 * y.w.square().sum()]
+
+        game = gameopt.Game([x, y], losses, algorithm=make())
+        assert len(game.layout.data) == (1 if second == "cpu" else 2)
+        for _ in range(4):
+            game.step()
+        results.append([x.w.detach().clone(), y.w.detach().cpu()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+def test_jacobian_products_through_a_conv_gan_on_the_device() -> None:
+    torch.manual_seed(0)
+    G, D = ConvGenerator(latent=8, width=8).to(DEVICE, F64), ConvDiscriminator(width=8).to(DEVICE, F64)
+    x = torch.randn(6, 1, 8, 8, device=DEVICE, dtype=F64)
+    z = torch.randn(6, 8, device=DEVICE, dtype=F64)
+    game = gameopt.Game([G, D], lambda: gan_losses(G, D, x, z))
+    u = tuple(torch.randn_like(t) for t in game.vector_field())
+    v = tuple(torch.randn_like(t) for t in u)
+    jv, jtu = game.jvp(v), game.vjp(u)
+    lhs = sum((a * b).sum() for a, b in zip(u, jv))
+    rhs = sum((a * b).sum() for a, b in zip(jtu, v))
+    torch.testing.assert_close(lhs, rhs, rtol=1e-9, atol=1e-12)
+    game.algorithm = gameopt.ConsensusOptimization(1e-3, gamma=0.5)
+    game.algorithm.bind(game)
+    before = [p.params.clone() for p in game.players]
+    game.step()
+    assert all(not torch.equal(b, p.params) for b, p in zip(before, game.players))
