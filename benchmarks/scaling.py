@@ -8,7 +8,9 @@ memory each algorithm uses.
   reported: the ratio and the overhead per step (step − k·ξ for a method with k
   evaluations of ξ per step, µs), with the least
   squares slope of the overhead against n (µs per player). Beside it, the same
-  SimGD written the obvious way on unfused tensors (a per-parameter loop).
+  SimGD written the obvious way on unfused tensors (a per-parameter loop), and
+  "vector math only" rows: a whole ``Game.step`` with the evaluation of the losses
+  and their gradients left out (ξ stays in the buffers), its time in µs.
 * **params**: the GAN MLP pair of ``step_cost`` widened to 10^4 … 10^7 parameters:
   ratio to the plain ξ per algorithm and the log-log slope of step time.
 * **memory**: for 10^5 … 10^7 parameters (an elementwise two-player game, so that
@@ -97,8 +99,25 @@ def players_case(n: int, total: int, algorithm: str | None) -> Callable[[], obje
             return None
 
         return xi
-    game = gameopt.Game(mods, losses, algorithm=ALGORITHMS[algorithm]())
-    return game.step
+    vector_math_only = algorithm.endswith(" (vector math only)")
+    game = gameopt.Game(mods, losses, algorithm=ALGORITHMS[algorithm.removesuffix(" (vector math only)")]())
+    if not vector_math_only:
+        return game.step
+    from gameopt import autodiff
+
+    game.step()  # ξ in the gradient buffers once
+    zeros = [torch.zeros(()) for _ in mods]
+
+    def step() -> object:
+        """Everything in Game.step but evaluating the losses and differentiating them."""
+        real = autodiff.first_order
+        autodiff.first_order = lambda *a, **k: zeros
+        try:
+            return game.step()
+        finally:
+            autodiff.first_order = real
+
+    return step
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -109,7 +128,14 @@ def slope(xs: list[float], ys: list[float]) -> float:
 def run_players(args, rounds: int, target: float) -> list[Result]:  # type: ignore[no-untyped-def]
     total = 2**15 if args.quick else 2**17
     counts = [2, 8, 32, 128, 256]
-    names = ["SimGD", "Optimistic", "Extragradient", "obvious"]
+    names = [
+        "SimGD",
+        "Optimistic",
+        "Extragradient",
+        "obvious",
+        "SimGD (vector math only)",
+        "Optimistic (vector math only)",
+    ]
     results = []
     for n in counts:
         xi = players_case(n, total, None)
@@ -118,7 +144,7 @@ def run_players(args, rounds: int, target: float) -> list[Result]:  # type: igno
             batch = calibrate(xi, fn, target_s=target)
             label = "ref: SimGD, per-param loop" if name == "obvious" else f"gameopt {name}"
             r = compare("players", label, "plain xi", xi, fn, rounds=rounds, batch=batch)
-            evals = 2 if name == "Extragradient" else 1
+            evals = {"Extragradient": 2, "SimGD (vector math only)": 0, "Optimistic (vector math only)": 0}.get(name, 1)
             over = r.cand_us - evals * r.base_us
             r.extra = {"players": n, "params": total, "overhead_us": over}
             print(f"  n={n:4d} {label:28s} ratio {r.ratio:6.3f} overhead {over:8.1f} us", flush=True)

@@ -66,6 +66,9 @@ def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> 
     detached losses. Other players' gradient buffers are left untouched."""
     losses = evaluate_losses(game, args, kwargs)
     last = len(which) - 1
+    dst: list[Tensor] = []
+    src: list[Tensor] = []
+    pending = 0
     with torch.no_grad():  # the copies; autograd.grad itself does not depend on grad mode
         for k, i in enumerate(which):
             player = game.players[i]
@@ -77,18 +80,26 @@ def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> 
                 raise
             views = game._grad_views[i]
             if all(map(operator.is_not, grads, repeat(None))) and not player.has_sparse_grad:
-                torch._foreach_copy_(views, grads)  # the common case
-                continue
-            have = [(v, g) for v, g in zip(views, grads) if g is not None]
-            if not have:
-                raise _no_path(player.name)
-            for v, g in zip(views, grads):
-                if g is None:
-                    v.zero_()
-            if player.has_sparse_grad:
-                have = [(v, g.to_dense() if g.is_sparse else g) for v, g in have]
-            torch._foreach_copy_([v for v, _ in have], [g for _, g in have])
+                dst += views  # the common case
+                src += grads
+            else:
+                have = [(v, g) for v, g in zip(views, grads) if g is not None]
+                if not have:
+                    raise _no_path(player.name)
+                for v, g in zip(views, grads):
+                    if g is None:
+                        v.zero_()
+                dst += [v for v, _ in have]
+                src += [g.to_dense() if g.is_sparse else g for _, g in have]
+            # copy many small players' gradients at once; large ones right away (memory)
+            pending += player.numel
+            if k == last or pending >= _COPY_BATCH:
+                torch._foreach_copy_(dst, src)
+                dst, src, pending = [], [], 0
     return [loss.detach().reshape(()) for loss in losses]
+
+
+_COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into the buffers
 
 
 @contextlib.contextmanager
@@ -190,7 +201,8 @@ class Linearization:
             for i, player in enumerate(game.players):
                 if self.losses[i].grad_fn is None:
                     raise _no_path(player.name)
-                grads = self._grad([self.losses[i]], None, self.entries_of[i], create_graph=True)
+                # forward-over-reverse (a tangent) needs no graph of the backward itself
+                grads = self._grad([self.losses[i]], None, self.entries_of[i], create_graph=tangent is None)
                 if all(g is None for g in grads.values()):
                     raise _no_path(player.name)
                 for k, g in grads.items():

@@ -56,7 +56,8 @@ class JointLayout:
         for e in self.entries:
             e.buffer.rehome(self.data[e.group][e.start : e.stop], self.grad[e.group][e.start : e.stop])
         self.by_player: list[list[Entry]] = [[e for e in self.entries if e.player == i] for i in range(len(players))]
-        self._uniform_groups = [len({e.player for e in self.entries if e.group == g}) == 1 for g in range(len(keys))]
+        self._group_entries = [[e for e in self.entries if e.group == g] for g in range(len(keys))]
+        self._uniform_groups = [len({e.player for e in es}) == 1 for es in self._group_entries]
         self.num_elements = sum(e.buffer.num_elements for e in self.entries)
 
     # ------------------------------------------------------------- vectors
@@ -102,26 +103,30 @@ class JointLayout:
             self.entry_view(out, e).copy_(self.entry_view(vec, e))
         return out
 
+    def _factors(self, g: int, factors: Sequence[float]) -> list[float] | float:
+        """Group ``g``'s factor per entry, or one float when they are all the same."""
+        if self._uniform_groups[g] or list(factors).count(factors[0]) == len(factors):
+            return float(factors[self._group_entries[g][0].player])
+        return [float(factors[e.player]) for e in self._group_entries[g]]
+
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """Multiply each player's part of ``vec`` by its factor, in place."""
         for g, t in enumerate(vec):
-            entries = [e for e in self.entries if e.group == g]
-            fs = [float(factors[e.player]) for e in entries]
-            if self._uniform_groups[g] or len(set(fs)) == 1:
-                t.mul_(fs[0])
+            fs = self._factors(g, factors)
+            if isinstance(fs, float):
+                t.mul_(fs)
             else:
-                torch._foreach_mul_([t[e.start : e.stop] for e in entries], fs)
+                torch._foreach_mul_([t[e.start : e.stop] for e in self._group_entries[g]], fs)
         return vec
 
     def add_scaled_(self, out: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: ``out += factor · vec``, each player's part with its factor."""
         for g, (o, t) in enumerate(zip(out, vec)):
-            entries = [e for e in self.entries if e.group == g]
-            fs = [float(factors[e.player]) for e in entries]
-            if self._uniform_groups[g] or len(set(fs)) == 1:
-                o.add_(t, alpha=fs[0])
+            fs = self._factors(g, factors)
+            if isinstance(fs, float):
+                o.add_(t, alpha=fs)
             else:
-                for e, f in zip(entries, fs):
+                for e, f in zip(self._group_entries[g], fs):
                     o[e.start : e.stop].add_(t[e.start : e.stop], alpha=f)
         return out
 

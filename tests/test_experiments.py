@@ -23,50 +23,65 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-# (module, arguments for a run that lasts a few seconds)
+# (module, arguments for a run that lasts a few seconds, metrics rows before the
+# kill, a check of the finished run's summary or None)
 KILLABLE = [
     (
         "experiments.bilinear",
         ["--algorithm", "optimisticadam", "--lr", "0.01", "--steps", "6000", "--checkpoint-every", "300"],
-    )
+        900,
+        None,
+    ),
+    (
+        "experiments.mixture_gan",
+        ["--algorithm", "optimisticadam", "--hidden", "32", "--batch", "64", "--steps", "1500"]
+        + ["--log-every", "1", "--checkpoint-every", "100"],
+        400,
+        None,
+    ),
+    (
+        "experiments.opponent_shaping",
+        ["--game", "ipd", "--algorithm", "sos", "--steps", "800", "--checkpoint-every", "50"],
+        250,
+        lambda summary: summary["final"]["loss"] < 1.2,  # SOS cooperates from this seed
+    ),
 ]
 
 
-@pytest.mark.parametrize("module, args", KILLABLE, ids=[m for m, _ in KILLABLE])
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, module, args) -> None:
+@pytest.mark.parametrize("module, args, rows, check", KILLABLE, ids=[k[0] for k in KILLABLE])
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, module, args, rows, check) -> None:
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    res = _run(module, *args, "--out", str(straight), "--no-progress")
-    assert res.returncode == 0, res.stderr
-
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args, "--out", str(killed), "--no-progress"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+
+    def start(out: Path) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", module, *args, "--out", str(out), "--no-progress"]
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    uninterrupted, proc = start(straight), start(killed)  # side by side
     ckpt = killed / "checkpoint.pt"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if ckpt.exists() and (killed / "metrics.csv").exists():
-            rows = (killed / "metrics.csv").read_text().count("\n")
-            if rows > 900:  # a few checkpoints in: kill it mid-way
+            if (killed / "metrics.csv").read_text().count("\n") > rows:  # a few checkpoints in
                 break
         time.sleep(0.02)
     assert proc.poll() is None, "the run finished before it could be killed; make it longer"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    proc.stderr.close()
     assert not (killed / "summary.json").exists()
     saved_step = torch.load(ckpt, weights_only=True)["step"]
     assert 0 < saved_step < int(args[args.index("--steps") + 1])
+    assert uninterrupted.wait(timeout=300) == 0, uninterrupted.stderr.read()
+    uninterrupted.stderr.close()
 
     res = _run(module, *args, "--out", str(killed), "--no-progress", "--resume")
     assert res.returncode == 0, res.stderr
     a = json.loads((straight / "summary.json").read_text())
     b = json.loads((killed / "summary.json").read_text())
-    assert a == b  # final parameters and metrics, bit for bit
+    assert a == b  # final parameters (or their digest) and metrics, bit for bit
     assert (straight / "metrics.csv").read_text() == (killed / "metrics.csv").read_text()
+    assert check is None or check(a)
 
 
 def test_damaged_or_foreign_checkpoints_are_refused(tmp_path) -> None:
