@@ -254,7 +254,10 @@ class Linearization:
         return self._grad(pieces, us, ins)
 
     def _to_vec(self, parts: dict[int, Tensor | None]) -> Vec:
-        out = self.layout.zeros()
+        full = (
+            self.layout.dense and len(parts) == len(self.layout.entries) and all(t is not None for t in parts.values())
+        )
+        out = self.layout.empty() if full else self.layout.zeros()
         with torch.no_grad():
             for k, t in parts.items():
                 if t is not None:

@@ -70,12 +70,16 @@ class Oracle:
             self.losses = tuple(losses)
         self._all_losses.append(losses)
 
-    def linearize(self, at: Vec | None = None) -> autodiff.Linearization:
-        """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv."""
+    def linearize(self, at: Vec | None = None, check: bool = True) -> autodiff.Linearization:
+        """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv.
+
+        ``check``: refuse a non-finite ξ right away (before an iterative solve, say).
+        An algorithm whose update is non-finite whenever ξ is may skip it: the
+        check of the update in :meth:`Game.step` covers ξ then."""
         with self.game._at(at), self.game._together():
             lin = autodiff.linearize(self.game, self.args, self.kwargs)
         self._seen([l.detach() for l in lin.losses])
-        if not all_finite(lin.xi):
+        if check and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))
         return lin
 

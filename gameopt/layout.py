@@ -59,10 +59,17 @@ class JointLayout:
         self._group_entries = [[e for e in self.entries if e.group == g] for g in range(len(keys))]
         self._uniform_groups = [len({e.player for e in es}) == 1 for es in self._group_entries]
         self.num_elements = sum(e.buffer.num_elements for e in self.entries)
+        # no padding anywhere: writing every entry of a vector defines all of it
+        self.dense = all(
+            sum(e.stop - e.start for e in es) == t.numel() for es, t in zip(self._group_entries, self.data)
+        )
 
     # ------------------------------------------------------------- vectors
     def zeros(self) -> Vec:
         return [torch.zeros_like(t) for t in self.data]
+
+    def empty(self) -> Vec:
+        return [torch.empty_like(t) for t in self.data]
 
     def entry_view(self, vec: Vec, e: Entry) -> Tensor:
         """The part of a joint vector that belongs to one player buffer (a plain slice;

@@ -178,6 +178,13 @@ def _assert_same_state(a, b) -> None:
         (lambda: gameopt.Extragradient(0.1), "second"),  # at the extrapolated point
         (lambda: gameopt.AltGD(0.1), "second"),  # after the first player moved
         (lambda: gameopt.Lookahead(gameopt.Extragradient(0.1, update=gameopt.Adam()), k=2), "second"),
+        (lambda: gameopt.HamiltonianGD(0.1), "first"),
+        (lambda: gameopt.ConsensusOptimization(0.1, update=gameopt.Adam()), "first"),
+        (lambda: gameopt.SGA(0.1), "first"),
+        (lambda: gameopt.LA(0.1, alpha=0.3), "first"),
+        (lambda: gameopt.LOLA(0.1, alpha=0.3, shaping_only=True), "first"),
+        (lambda: gameopt.SOS(0.1, alpha=0.3), "first"),
+        (lambda: gameopt.CGD(0.1), "first"),
     ],
 )
 def test_non_finite_field_refuses_the_step_and_changes_nothing(make, where) -> None:

@@ -31,8 +31,8 @@ class HamiltonianGD(Algorithm):
         super().__init__(lr, update)
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()
-        delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"])
+        lin = oracle.linearize()  # the direction Jᵀξ alone may not show a non-finite ξ
+        delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -55,7 +55,8 @@ class ConsensusOptimization(Algorithm):
         super().__init__(lr, update, gamma=float(gamma))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()
-        direction = list(torch._foreach_add(lin.xi, lin.vjp(lin.xi), alpha=self.hyper["gamma"]))
-        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
+        direction = lin.xi  # lin is used up: ξ + γ Jᵀξ in place
+        torch._foreach_add_(direction, lin.vjp(lin.xi), alpha=self.hyper["gamma"])
+        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

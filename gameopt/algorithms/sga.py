@@ -45,7 +45,7 @@ class SGA(Algorithm):
         super().__init__(lr, update, lam=float(lam), align=bool(align), eps=float(eps))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()
+        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
         xi = lin.xi
         jt_xi = lin.vjp(xi)
         a_xi = list(torch._foreach_mul(torch._foreach_sub(jt_xi, lin.jvp(xi)), 0.5))
@@ -59,5 +59,5 @@ class SGA(Algorithm):
             direction = list(torch._foreach_add(xi, a_xi))
         else:
             direction = list(torch._foreach_add(xi, a_xi, alpha=lam))
-        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

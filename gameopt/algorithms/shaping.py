@@ -41,8 +41,8 @@ class LA(Algorithm):
         super().__init__(lr, update, alpha=float(alpha))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()
-        delta, rule_state = self.descend(oracle, _lookahead(lin, self.hyper["alpha"]), state["rule"])
+        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
+        delta, rule_state = self.descend(oracle, _lookahead(lin, self.hyper["alpha"]), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -74,11 +74,11 @@ class LOLA(Algorithm):
         super().__init__(lr, update, alpha=float(alpha), shaping_only=bool(shaping_only))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()
+        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
         alpha = self.hyper["alpha"]
         base = lin.xi if self.hyper["shaping_only"] else _lookahead(lin, alpha)
         direction = list(torch._foreach_add(base, lin.chi(), alpha=-alpha))
-        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -114,7 +114,7 @@ class SOS(Algorithm):
         super().__init__(lr, update, alpha=float(alpha), a=float(a), b=float(b))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()
+        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
         alpha, a, b = self.hyper["alpha"], self.hyper["a"], self.hyper["b"]
         xi0 = _lookahead(lin, alpha)
         chi = lin.chi()
@@ -127,5 +127,5 @@ class SOS(Algorithm):
         for t in chi:
             t.mul_(p.to(t.device, t.dtype))
         direction = list(torch._foreach_add(xi0, chi, alpha=-alpha))
-        delta, rule_state = self.descend(oracle, direction, state["rule"])
+        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
