@@ -75,11 +75,13 @@ class Oracle:
 
         ``check``: refuse a non-finite ξ right away (before an iterative solve, say).
         An algorithm whose update is non-finite whenever ξ is may skip it: the
-        check of the update in :meth:`Game.step` covers ξ then."""
+        check of the update in :meth:`Game.step` covers ξ then. A data-parallel
+        game always checks: a rank that failed takes part in no later collective,
+        so every rank must stop here together."""
         with self.game._at(at), self.game._together():
             lin = autodiff.linearize(self.game, self.args, self.kwargs)
         self._seen([l.detach() for l in lin.losses])
-        if check and not all_finite(lin.xi):
+        if (check or self.game._parallel is not None) and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))
         return lin
 
