@@ -120,6 +120,13 @@ def test_jacobian_products_through_gan_layers(case) -> None:
     jtv = torch.cat(game.vjp(v))
     torch.testing.assert_close(jv, J @ flat_v, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(jtv, J.T @ flat_v, rtol=1e-5, atol=1e-6)
+    # the off-diagonal product H_o v, through its own kept graph
+    n0 = game.players[0].numel
+    Ho = J.clone()
+    Ho[:n0, :n0] = 0
+    Ho[n0:, n0:] = 0
+    ho_v = game.linearize().offdiag_jvp(game.layout.from_per_player(v))
+    torch.testing.assert_close(torch.cat(game.layout.per_player(ho_v)), Ho @ flat_v, rtol=1e-5, atol=1e-6)
     # the double-backward fallback agrees with forward mode
     game._forward_mode_ok = False
     torch.testing.assert_close(torch.cat(game.jvp(v)), jv, rtol=1e-10, atol=1e-12)
