@@ -396,6 +396,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     changed is reported as unavailable.
     """
     from gameopt import autodiff
+    from gameopt.algorithms.base import tensors_in
     from gameopt.game import Oracle
     from gameopt.layout import all_finite
 
@@ -415,7 +416,11 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
         "Game._sync (Player.check/stale)": game._sync,
         "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
-        "Algorithm.descend, out of place": lambda: alg.descend(oracle, grads, alg.algo_state["rule"]),
+        # outside a step nothing returns the pool's vectors: recycle after each call
+        "Algorithm.descend, out of place": lambda: (
+            alg.descend(oracle, grads, alg.algo_state["rule"]),
+            game._pool.recycle(tensors_in(alg.algo_state)),
+        ),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
         "Oracle(...) construction": lambda: Oracle(game, args, {}),
     }
