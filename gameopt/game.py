@@ -31,7 +31,9 @@ class Oracle:
     """What an algorithm may ask of the game during one step.
 
     Vectors are joint vectors (``Vec``: one flat tensor per (device, dtype)
-    group). Every field it returns has been checked finite.
+    group). :meth:`xi` does not check finiteness (the step's check of the update
+    and the new state covers it); :meth:`linearize` does unless told otherwise;
+    every point is checked before anything is evaluated there.
     """
 
     def __init__(self, game: Game, args: tuple, kwargs: dict) -> None:
