@@ -14,11 +14,12 @@ from experiments.common import (
     Run,
     algorithm_from_args,
     check_args,
-    figures_dir,
     main_guard,
     make_algorithm,
     one_thread,
     parser,
+    run_config,
+    save_figure,
 )
 from players.quadratic import QuadraticPlayer, bilinear_losses
 
@@ -74,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     check_args(args)
     game, x, y = build(algorithm_from_args(args), args.seed)
-    run = Run(
-        "bilinear", args, {"algorithm": args.algorithm, "lr": args.lr, "hp": args.hp, "seed": args.seed, "dim": DIM}
-    )
+    run = Run("bilinear", args, run_config(args, dim=DIM))
     extra: dict = {}
     start = run.resume(game, extra)
     for step in run.steps(start):
@@ -124,10 +123,7 @@ def _make_figures() -> list[str]:
     ax.set_ylabel("distance to equilibrium ‖(x, y)‖")
     ax.set_title(f"Bilinear game min_x max_y xᵀAy (d={DIM}, η={lr})")
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    path1 = figures_dir() / "bilinear_distance.png"
-    fig.savefig(path1, dpi=110)
-    plt.close(fig)
+    path1 = save_figure(fig, "bilinear_distance.png", dpi=110)
 
     lrs = np.geomspace(0.01, 2.0, 14)
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -146,11 +142,8 @@ def _make_figures() -> list[str]:
     ax.set_xlabel("step size η")
     ax.set_title("Bilinear game: behaviour after 200 steps by step size")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    path2 = figures_dir() / "bilinear_stepsizes.png"
-    fig.savefig(path2, dpi=110)
-    plt.close(fig)
-    return [str(path1), str(path2)]
+    path2 = save_figure(fig, "bilinear_stepsizes.png", dpi=110)
+    return [path1, path2]
 
 
 if __name__ == "__main__":

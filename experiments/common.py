@@ -182,6 +182,23 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--out: the folder {str(parent)!r} does not exist")
 
 
+def check_positive(args: argparse.Namespace, *names: str) -> None:
+    """Options that must be positive: a one-line usage error otherwise."""
+    for name in names:
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+
+
+def lr_from_args(args: argparse.Namespace) -> float | list[float]:
+    """``--lr``: one float, or one per player."""
+    return args.lr[0] if len(args.lr) == 1 else list(args.lr)
+
+
+def run_config(args: argparse.Namespace, **more: Any) -> dict[str, Any]:
+    """A run's config (its checkpoint fingerprint): the common options and ``more``."""
+    return {"algorithm": args.algorithm, "lr": args.lr, "hp": args.hp, "seed": args.seed, **more}
+
+
 def hyperparameters(args: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for item in args.hp:
@@ -193,8 +210,7 @@ def hyperparameters(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def algorithm_from_args(args: argparse.Namespace) -> gameopt.Algorithm:
-    lr = args.lr[0] if len(args.lr) == 1 else list(args.lr)
-    return make_algorithm(args.algorithm, lr, hyperparameters(args))
+    return make_algorithm(args.algorithm, lr_from_args(args), hyperparameters(args))
 
 
 def main_guard(run: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
@@ -395,3 +411,54 @@ def figures_dir() -> Path:
     path = Path(__file__).resolve().parent.parent / "figures"
     path.mkdir(exist_ok=True)
     return path
+
+
+def save_figure(fig: Any, name: str, dpi: int = 100, rect: tuple[float, ...] | None = None) -> str:
+    """Lay out (``tight_layout(rect=rect)``), write ``figures/<name>`` and close a
+    matplotlib figure; returns the path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(rect=rect)
+    path = figures_dir() / name
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return str(path)
+
+
+def run_pool(
+    fn: Callable[[Any], dict[str, Any]],
+    tasks: list[Any],
+    describe: Callable[[dict[str, Any]], str] | None = None,
+    workers: int = 2,
+) -> list[dict[str, Any]]:
+    """``fn`` over ``tasks`` in ``workers`` spawned processes (give the longest tasks
+    first); prints ``describe(result)`` as each one finishes. ``fn`` must be importable
+    by module name (``experiments.<name>.<fn>``), also when run as ``__main__``."""
+    import multiprocessing
+
+    results = []
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        for res in pool.imap_unordered(fn, tasks):
+            results.append(res)
+            if describe is not None:
+                print(describe(res), flush=True)
+    return results
+
+
+def write_results(
+    stem: str, lines: list[str], payload: dict[str, Any], t0: float, cpu_s: float, quiet: bool
+) -> list[str]:
+    """Finish a comparison: a timing line under ``lines``, then ``figures/<stem>.md``
+    and ``.json`` (``payload`` plus the timings); returns their paths."""
+    elapsed = time.perf_counter() - t0
+    lines = lines + [
+        "",
+        f"Whole comparison: {elapsed:.0f} s wall on this machine, two worker processes of one thread; "
+        f"the runs' CPU time adds up to {cpu_s:.0f} s (about {cpu_s / 2 + 10:.0f} s wall on 2 idle cores).",
+    ]
+    md, js = figures_dir() / f"{stem}.md", figures_dir() / f"{stem}.json"
+    md.write_text("\n".join(lines) + "\n")
+    js.write_text(json.dumps({**payload, "wall_s": elapsed, "cpu_s": cpu_s}, indent=2))
+    if not quiet:
+        print("\n".join(lines))
+    return [str(md), str(js)]

@@ -17,7 +17,6 @@ real-vs-real FD is the floor). Needs scikit-learn (the ``experiments`` extra).
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from typing import Any
@@ -25,7 +24,20 @@ from typing import Any
 import torch
 
 import gameopt
-from experiments.common import Run, UsageError, check_args, figures_dir, hyperparameters, main_guard, parser
+from experiments.common import (
+    Run,
+    UsageError,
+    check_args,
+    check_positive,
+    hyperparameters,
+    lr_from_args,
+    main_guard,
+    parser,
+    run_config,
+    run_pool,
+    save_figure,
+    write_results,
+)
 from experiments.mixture_gan import gan_algorithm
 from players.gan_conv import (
     ConvDiscriminator,
@@ -135,24 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         make_figures(args.no_progress)
         return 0
     check_args(args)
-    for name in ("batch", "width", "log_every", "threads"):
-        if getattr(args, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    lr = args.lr[0] if len(args.lr) == 1 else list(args.lr)
-    algorithm = gan_algorithm(args.algorithm, lr, hyperparameters(args), BETAS)
+    check_positive(args, "batch", "width", "log_every", "threads")
+    algorithm = gan_algorithm(args.algorithm, lr_from_args(args), hyperparameters(args), BETAS)
     torch.set_num_threads(args.threads)
     setup = Setup(algorithm, args.seed, images, args.width, args.batch)
     scorer = Scorer(images, labels)
-    config = {
-        "algorithm": args.algorithm,
-        "lr": args.lr,
-        "hp": args.hp,
-        "seed": args.seed,
-        "batch": args.batch,
-        "width": args.width,
-        "latent": LATENT,
-        "log_every": args.log_every,
-    }
+    config = run_config(args, batch=args.batch, width=args.width, latent=LATENT, log_every=args.log_every)
     run = Run("digits_gan", args, config)
     extra: dict[str, Any] = {"data": setup.data}
     start = run.resume(setup.game, extra)
@@ -241,7 +241,6 @@ def _tile(images, rows: int, cols: int, pad: int = 1):
 
 
 def make_figures(quiet: bool = False) -> list[str]:
-    import multiprocessing
     import statistics
 
     import matplotlib
@@ -258,17 +257,15 @@ def make_figures(quiet: bool = False) -> list[str]:
     tasks = [(label, seed) for label in labels_ for seed in FIG_SEEDS]
     cost = {"extraadam": 2, "consensus": 3, "sga": 6.5}  # per step, relative to Adam
     tasks.sort(key=lambda t: -cost.get(COMPARED[t[0]][0], 1))  # longest first
-    results = []
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        for res in pool.imap_unordered(digits_gan._figure_run, tasks):
-            results.append(res)
-            if not quiet:
-                f = res["final"]
-                print(
-                    f"  {res['label']:<26} seed {res['seed']}: {f['classes']:>2} classes, FD {f['fd']:.2f}, "
-                    f"confidence {f['confidence']:.2f} ({res['wall_s']:.0f}s)",
-                    flush=True,
-                )
+
+    def describe(res: dict[str, Any]) -> str:
+        f = res["final"]
+        return (
+            f"  {res['label']:<26} seed {res['seed']}: {f['classes']:>2} classes, FD {f['fd']:.2f}, "
+            f"confidence {f['confidence']:.2f} ({res['wall_s']:.0f}s)"
+        )
+
+    results = run_pool(digits_gan._figure_run, tasks, None if quiet else describe)
     results.sort(key=lambda r: r["seed"])
     by_label = {label: [r for r in results if r["label"] == label] for label in labels_}
     # every worker trained the same classifier (same seed, one thread): one accuracy, one floor
@@ -296,11 +293,7 @@ def make_figures(quiet: bool = False) -> list[str]:
         f"8×8 digits GAN after {FIG_STEPS} steps (seed {FIG_SEEDS[0]}): real digits and samples from a fixed noise",
         fontsize=11,
     )
-    fig.tight_layout()
-    path = figures_dir() / "digits_samples.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save_figure(fig, "digits_samples.png", dpi=110))
 
     # metrics over training
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
@@ -324,11 +317,7 @@ def make_figures(quiet: bool = False) -> list[str]:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle("8×8 digits GAN: sample quality over training", fontsize=11)
-    fig.tight_layout()
-    path = figures_dir() / "digits_metrics.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save_figure(fig, "digits_metrics.png"))
 
     def ms(values: list[float], fmt: str) -> str:
         if len(values) == 1:
@@ -358,16 +347,6 @@ def make_figures(quiet: bool = False) -> list[str]:
             f"{ms(cell['class_entropy'], '.2f')} | {ms(cell['confidence'], '.2f')} | "
             f"{statistics.fmean(cell['cpu_s']):.0f} |"
         )
-    elapsed = time.perf_counter() - t0
-    cpu = sum(r["cpu_s"] for r in results)
-    lines += [
-        "",
-        f"Whole comparison: {elapsed:.0f} s wall on this machine, two worker processes of one thread; "
-        f"the runs' CPU time adds up to {cpu:.0f} s (about {cpu / 2 + 10:.0f} s wall on 2 idle cores).",
-    ]
-    md = figures_dir() / "digits_results.md"
-    md.write_text("\n".join(lines) + "\n")
-    js = figures_dir() / "digits_results.json"
     payload = {
         "steps": FIG_STEPS,
         "seeds": list(FIG_SEEDS),
@@ -375,13 +354,9 @@ def make_figures(quiet: bool = False) -> list[str]:
         "fd_real_vs_real": fd_floor,
         "algorithms": {label: {"algorithm": a, "lr": lr, "hp": hp} for label, (a, lr, hp) in COMPARED.items()},
         "results": table,
-        "wall_s": elapsed,
-        "cpu_s": cpu,
     }
-    js.write_text(json.dumps(payload, indent=2))
-    paths += [str(md), str(js)]
+    paths += write_results("digits_results", lines, payload, t0, sum(r["cpu_s"] for r in results), quiet)
     if not quiet:
-        print("\n".join(lines))
         print("\n".join(f"written {p}" for p in paths))
     return paths
 

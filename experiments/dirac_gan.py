@@ -30,11 +30,12 @@ from experiments.common import (
     UsageError,
     algorithm_from_args,
     check_args,
-    figures_dir,
     main_guard,
     make_algorithm,
     one_thread,
     parser,
+    run_config,
+    save_figure,
 )
 from players.quadratic import QuadraticPlayer
 
@@ -115,14 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.r1 < 0:
             raise UsageError(f"--r1 must be non-negative, got {args.r1}")
         game, gen, disc = build(algorithm_from_args(args), tuple(args.start), args.r1)
-        config = {
-            "algorithm": args.algorithm,
-            "lr": args.lr,
-            "hp": args.hp,
-            "seed": args.seed,
-            "r1": args.r1,
-            "start": args.start,
-        }
+        config = run_config(args, r1=args.r1, start=args.start)
         run = Run("dirac_gan", args, config)
         extra: dict = {}
         start = run.resume(game, extra)
@@ -199,11 +193,8 @@ def _make_figures(quiet: bool) -> list[str]:
         f"Dirac GAN, L(θ, ψ) = f(ψθ) + f(0), f(t) = −log(1+e⁻ᵗ): {STEPS} steps from (1, 1); "
         "grey: the flow −ξ (−ξ with the R1 term in the last panel)"
     )
-    fig.tight_layout()
-    path = figures_dir() / "dirac_gan.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [str(path)]
+    path = save_figure(fig, "dirac_gan.png")
+    return [path]
 
 
 if __name__ == "__main__":

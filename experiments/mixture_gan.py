@@ -16,7 +16,6 @@ takes an update rule (consensus, SGA, ...) Adam's per-coordinate scaling.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from typing import Any
@@ -28,12 +27,17 @@ from experiments.common import (
     Run,
     UsageError,
     check_args,
-    figures_dir,
+    check_positive,
     hyperparameters,
     init_distributed,
+    lr_from_args,
     main_guard,
     make_algorithm,
     parser,
+    run_config,
+    run_pool,
+    save_figure,
+    write_results,
 )
 from players.gan2d import Discriminator, Generator, gan_losses, grid_modes, mode_metrics, ring_modes, sample_mixture
 
@@ -138,29 +142,23 @@ def main(argv: list[str] | None = None) -> int:
         make_figures(args.no_progress)
         return 0
     check_args(args)
-    for name in ("batch", "hidden", "log_every", "threads"):
-        if getattr(args, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    lr = args.lr[0] if len(args.lr) == 1 else list(args.lr)
-    algorithm = gan_algorithm(args.algorithm, lr, hyperparameters(args))
+    check_positive(args, "batch", "hidden", "log_every", "threads")
+    algorithm = gan_algorithm(args.algorithm, lr_from_args(args), hyperparameters(args))
     torch.set_num_threads(args.threads)
     distributed = init_distributed(args)
     setup = Setup(args.dataset, algorithm, args.seed, args.hidden, args.batch, distributed)
-    config = {
-        "algorithm": args.algorithm,
-        "lr": args.lr,
-        "hp": args.hp,
-        "seed": args.seed,
-        "dataset": args.dataset,
-        "std": setup.std,
-        "batch": args.batch,
-        "hidden": args.hidden,
-        "depth": DEPTH,
-        "latent": LATENT,
-        "activation": ACT,
-        "log_every": args.log_every,
-        "world_size": distributed[2],
-    }
+    config = run_config(
+        args,
+        dataset=args.dataset,
+        std=setup.std,
+        batch=args.batch,
+        hidden=args.hidden,
+        depth=DEPTH,
+        latent=LATENT,
+        activation=ACT,
+        log_every=args.log_every,
+        world_size=distributed[2],
+    )
     run = Run("mixture_gan", args, config)
     extra: dict[str, Any] = {"data": setup.data}
     start = run.resume(setup.game, extra)
@@ -233,25 +231,20 @@ def run_comparison(
     labels: list[str] | None = None, datasets: tuple[str, ...] = ("ring", "grid"), quiet: bool = False, workers: int = 2
 ) -> list[dict[str, Any]]:
     """Every (algorithm, dataset, seed) of the figures, in ``workers`` processes."""
-    import multiprocessing
-
     labels = list(COMPARED) if labels is None else labels
     tasks = [(label, ds, seed) for ds in datasets for label in labels for seed in FIG_SEEDS[ds]]
     cost = {"extraadam": 2, "consensus": 3, "sga": 9}  # per step, relative to Adam
     tasks.sort(key=lambda t: -cost.get(COMPARED[t[0]][0], 1) * FIG_STEPS[t[1]])  # longest first
-    results = []
     from experiments import mixture_gan  # picklable by module name, also when run as __main__
 
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        for res in pool.imap_unordered(mixture_gan._figure_run, tasks):
-            results.append(res)
-            if not quiet:
-                f = res["final"]
-                print(
-                    f"  {res['label']:<26} {res['dataset']:<5} seed {res['seed']}: {f['modes']:>2} modes, "
-                    f"{f['high_quality']:5.1f}% high quality ({res['wall_s']:.0f}s)",
-                    flush=True,
-                )
+    def describe(res: dict[str, Any]) -> str:
+        f = res["final"]
+        return (
+            f"  {res['label']:<26} {res['dataset']:<5} seed {res['seed']}: {f['modes']:>2} modes, "
+            f"{f['high_quality']:5.1f}% high quality ({res['wall_s']:.0f}s)"
+        )
+
+    results = run_pool(mixture_gan._figure_run, tasks, None if quiet else describe, workers)
     order = {
         t: i for i, t in enumerate((label, ds, seed) for ds in datasets for label in labels for seed in FIG_SEEDS[ds])
     }
@@ -329,11 +322,7 @@ def make_figures(quiet: bool = False) -> list[str]:
             f"(seed 0, {n_modes} modes, σ={DATASETS[ds][1]})",
             fontsize=10,
         )
-        fig.tight_layout(rect=(0, 0, 1, 0.97))
-        path = figures_dir() / f"mixture_{ds}_samples.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(save_figure(fig, f"mixture_{ds}_samples.png", rect=(0, 0, 1, 0.97)))
 
     # modes covered and high-quality share over training (mean ± std over seeds)
     fig, axes = plt.subplots(2, len(datasets), figsize=(5.2 * len(datasets), 7), squeeze=False)
@@ -358,11 +347,7 @@ def make_figures(quiet: bool = False) -> list[str]:
             axes[i][j].set_xlabel("step")
             axes[i][j].grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    path = figures_dir() / "mixture_curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save_figure(fig, "mixture_curves.png"))
 
     # results table
     lines = [
@@ -392,28 +377,14 @@ def make_figures(quiet: bool = False) -> list[str]:
             ]
         cpu = " / ".join(f"{table[label][ds]['cpu_s_per_run']:.0f}" for ds in datasets)
         lines.append(f"| {label} | {COMPARED[label][1]:g} | " + " | ".join(cells) + f" | {cpu} |")
-    elapsed = time.perf_counter() - t0
-    cpu = sum(r["cpu_s"] for r in results)
-    lines += [
-        "",
-        f"Whole comparison: {elapsed:.0f} s wall on this machine, two worker processes of one thread; "
-        f"the runs' CPU time adds up to {cpu:.0f} s (about {cpu / 2 + 10:.0f} s wall on 2 idle cores).",
-    ]
-    md = figures_dir() / "mixture_results.md"
-    md.write_text("\n".join(lines) + "\n")
     payload = {
         "steps": FIG_STEPS,
         "seeds": {k: list(v) for k, v in FIG_SEEDS.items()},
         "algorithms": {label: {"algorithm": a, "lr": lr, "hp": hp} for label, (a, lr, hp) in COMPARED.items()},
         "results": table,
-        "wall_s": elapsed,
-        "cpu_s": cpu,
     }
-    js = figures_dir() / "mixture_results.json"
-    js.write_text(json.dumps(payload, indent=2))
-    paths += [str(md), str(js)]
+    paths += write_results("mixture_results", lines, payload, t0, sum(r["cpu_s"] for r in results), quiet)
     if not quiet:
-        print("\n".join(lines))
         print("\n".join(f"written {p}" for p in paths))
     return paths
 

@@ -33,11 +33,12 @@ from experiments.common import (
     UsageError,
     algorithm_from_args,
     check_args,
-    figures_dir,
     main_guard,
     make_algorithm,
     one_thread,
     parser,
+    run_config,
+    save_figure,
 )
 from players.quadratic import QuadraticGame, QuadraticPlayer, random_quadratic_game
 
@@ -118,17 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         q = make_game(args.game, args.players, args.dim, args.coupling, args.game_seed)
         game, players = build(algorithm_from_args(args), q, args.seed)
         w_star = torch.cat(q.nash_equilibrium())
-        config = {
-            "algorithm": args.algorithm,
-            "lr": args.lr,
-            "hp": args.hp,
-            "seed": args.seed,
-            "game": args.game,
-            "players": args.players,
-            "dim": args.dim,
-            "coupling": args.coupling,
-            "game_seed": args.game_seed,
-        }
+        config = run_config(
+            args,
+            game=args.game,
+            players=args.players,
+            dim=args.dim,
+            coupling=args.coupling,
+            game_seed=args.game_seed,
+        )
         run = Run("n_player", args, config)
         extra: dict = {}
         start = run.resume(game, extra)
@@ -216,11 +214,8 @@ def _make_figures(quiet: bool) -> list[str]:
     axes[0].set_ylabel("‖w − w*‖ / ‖w₀ − w*‖  (distance to Nash)")
     axes[-1].legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{N_PLAYERS}-player quadratic games ({DIM} parameters each), η={LR}, same start for every algorithm")
-    fig.tight_layout()
-    path = figures_dir() / "n_player.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]
+    path = save_figure(fig, "n_player.png", dpi=110)
+    return [path]
 
 
 if __name__ == "__main__":

@@ -38,9 +38,12 @@ from experiments.common import (
     check_args,
     figures_dir,
     hyperparameters,
+    lr_from_args,
     main_guard,
     make_algorithm,
     one_thread,
+    run_config,
+    save_figure,
 )
 from experiments.common import parser as common_parser
 from players.ipd import IPDPolicy, discounted_losses, ipd_losses, markov_chain
@@ -145,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         args.steps = args.steps if args.steps is not None else spec.steps
         check_args(args)
         hyper = {**default_hyper(args.game, args.algorithm), **hyperparameters(args)}
-        lr = args.lr[0] if len(args.lr) == 1 else list(args.lr)
-        game, p1, p2 = build(args.game, make_algorithm(args.algorithm, lr, dict(hyper)), args.seed)
-        config = {"game": args.game, "algorithm": args.algorithm, "lr": args.lr, "hp": hyper, "seed": args.seed}
+        game, p1, p2 = build(args.game, make_algorithm(args.algorithm, lr_from_args(args), dict(hyper)), args.seed)
+        config = {**run_config(args, game=args.game), "hp": hyper}
         if args.game == "ipd":
             config["gamma"] = GAMMA
         run = Run("opponent_shaping", args, config)
@@ -268,11 +270,7 @@ def _make_figures(quiet: bool) -> list[str]:
         f"Iterated prisoner's dilemma, γ={GAMMA}, exact discounted losses; η=α=1 (papers' units); "
         f"mean ± std over {len(SEEDS)} seeds, θ₀ ~ N(0, 1)"
     )
-    fig.tight_layout()
-    path = figures_dir() / "opponent_shaping_ipd.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save_figure(fig, "opponent_shaping_ipd.png"))
 
     # ---- tandem and pennies
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
@@ -305,11 +303,7 @@ def _make_figures(quiet: bool) -> list[str]:
     axes[1].set_title(f"Matching pennies (η={spec.lr}, α={spec.alpha}): distance to the mixed equilibrium")
     axes[1].legend(fontsize=8)
     fig.suptitle(f"Opponent shaping on the tandem game and matching pennies: mean ± std over {len(SEEDS)} seeds")
-    fig.tight_layout()
-    path = figures_dir() / "opponent_shaping_tandem_pennies.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths.append(str(path))
+    paths.append(save_figure(fig, "opponent_shaping_tandem_pennies.png"))
 
     paths += write_results(results)
     return paths

@@ -26,10 +26,11 @@ from experiments.common import (
     UsageError,
     algorithm_from_args,
     check_args,
-    figures_dir,
     main_guard,
     one_thread,
     parser,
+    run_config,
+    save_figure,
 )
 from gameopt.diagnostics import decompose, eigenvalues
 from players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
@@ -147,17 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.log_every <= 0 or args.spectra < 2 or args.hidden < 1:
             raise UsageError("--log-every and --hidden must be positive and --spectra at least 2")
         args.algorithm_obj = algorithm_from_args(args)
-        config = {
-            "algorithm": args.algorithm,
-            "lr": args.lr,
-            "hp": args.hp,
-            "seed": args.seed,
-            "steps": args.steps,
-            "log_every": args.log_every,
-            "spectra": args.spectra,
-            "hidden": args.hidden,
-            "depth": DEPTH,
-        }
+        config = run_config(
+            args, steps=args.steps, log_every=args.log_every, spectra=args.spectra, hidden=args.hidden, depth=DEPTH
+        )
         run = Run("spectrum", args, config)
         result = train(args, run=run)
         summary = _summary(result)
@@ -274,11 +267,8 @@ def _make_figures(quiet: bool) -> list[str]:
         f"{N_MODES} Gaussians, SimGD + Adam (η={FIG_LR}, β=(0.5, 0.9)): {result['modes']}/{N_MODES} modes, "
         f"{result['quality']:.0f}% high-quality samples after {FIG_STEPS} steps"
     )
-    fig.tight_layout()
-    path = figures_dir() / "spectrum.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [str(path)]
+    path = save_figure(fig, "spectrum.png")
+    return [path]
 
 
 if __name__ == "__main__":
