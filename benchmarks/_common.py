@@ -229,6 +229,41 @@ def compare(
     )
 
 
+def spec(
+    group: str,
+    name: str,
+    baseline_name: str,
+    base_fn: Callable[[], object],
+    fn: Callable[[], object],
+    *,
+    note: str,
+    desc: str,
+    rounds: int,
+    target: float,
+    max_s: float,
+    multiple: int = 1,
+) -> Callable[[], Result]:
+    """A comparison to run (and re-run) later: the batch is calibrated to about
+    ``target`` seconds (a multiple of ``multiple`` calls); ``desc`` names the model."""
+
+    def run() -> Result:
+        batch = calibrate(base_fn, fn, target_s=target, multiple=multiple)
+        r = compare(group, name, baseline_name, base_fn, fn, rounds=rounds, batch=batch, note=note, max_s=max_s)
+        r.extra = {"model": desc}
+        return r
+
+    return run
+
+
+def log_result(r: Result, width: int = 46) -> None:
+    """One line per finished comparison, as the run goes."""
+    print(
+        f"  {r.group:<22} {r.name:<{width}} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)"
+        f"  other load {r.foreign_load:.2f}",
+        flush=True,
+    )
+
+
 def wait_quiet(max_wait_s: float, threshold: float = 0.3, window_s: float = 0.25) -> float:
     """Wait (up to ``max_wait_s``) until other processes use less than ``threshold``
     cores over a short window; returns the last load seen."""

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 import gameopt
 
-from ._common import Result, bar_plot, base_parser, calibrate, compare, measure, print_table, save_csv, setup
+from ._common import Result, bar_plot, base_parser, log_result, measure, print_table, save_csv, setup, spec
 
 LR = 1e-6
 BETAS = (0.9, 0.999)
@@ -247,17 +247,23 @@ def main(argv: list[str] | None = None) -> list[Result]:
             # A/A control: the baseline against itself shows the noise floor of the row
             cands = {"A/A: the limit vs itself": (base_fn, "noise floor"), **cands}
             for name, (fn, note) in cands.items():
-                specs.append(_spec(group, name, base_name, base_fn, fn, note, desc, rounds, target))
-
-    def log(r: Result) -> None:
-        print(
-            f"  {r.group:<16} {r.name:<34} ratio {r.ratio:7.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)"
-            f"  other load {r.foreign_load:.2f}",
-            flush=True,
-        )
+                specs.append(
+                    spec(
+                        group,
+                        name,
+                        base_name,
+                        base_fn,
+                        fn,
+                        note=note,
+                        desc=desc,
+                        rounds=rounds,
+                        target=target,
+                        max_s=MAX_S,
+                    )
+                )
 
     retries = args.retries if args.retries is not None else (0 if args.quick else 2)
-    results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log)
+    results = measure(specs, retries=retries, budget_s=args.retry_budget, log=lambda r: log_result(r, 34))
     del setups
 
     print_table(results, "ratio = median over rounds of (candidate time / bandwidth-limit time)", "ratio to limit")
@@ -280,26 +286,6 @@ def main(argv: list[str] | None = None) -> list[Result]:
         log=True,
     )
     return results
-
-
-def _spec(
-    group: str,
-    name: str,
-    baseline_name: str,
-    base_fn: Callable[[], None],
-    fn: Callable[[], None],
-    note: str,
-    desc: str,
-    rounds: int,
-    target: float,
-) -> Callable[[], Result]:
-    def run() -> Result:
-        batch = calibrate(base_fn, fn, target_s=target)
-        r = compare(group, name, baseline_name, base_fn, fn, rounds=rounds, batch=batch, note=note, max_s=MAX_S)
-        r.extra = {"model": desc}
-        return r
-
-    return run
 
 
 def goals(results: list[Result]) -> list[str]:

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 
 import gameopt
 
-from ._common import Result, bar_plot, base_parser, calibrate, compare, measure, print_table, save_csv, setup
+from ._common import Result, bar_plot, base_parser, log_result, measure, print_table, save_csv, setup, spec
 
 LR = 1e-4
 ADAM_LR = 1e-5
@@ -456,16 +456,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     suffix = "_quick" if args.quick else ""
     retries = args.retries if args.retries is not None else (0 if args.quick else 2)
 
-    def log(r: Result) -> None:
-        print(
-            f"  {r.group:<22} {r.name:<46} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)"
-            f"  other load {r.foreign_load:.2f}",
-            flush=True,
-        )
-
     if args.breakdown:
         specs = breakdown("mlp-2d", rounds, target) + breakdown("deep-narrow", rounds, target)
-        results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log)
+        results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log_result)
         print_table(results, "time of each piece of a SimGD step, as a fraction of one plain xi", "x xi")
         save_csv(results, out / f"step_cost_breakdown{suffix}.csv")
         return results
@@ -491,7 +484,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
             base_fn, fn = cands[theirs][0], cands[ours][0]
             specs.append(_spec(f"{kind} vs cooper", f"{ours} / {label}", label, base_fn, fn, "", desc, rounds, target))
 
-    results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log)
+    results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log_result)
 
     print_table(
         results,
@@ -528,12 +521,16 @@ def _spec(
     target: float,
     multiple: int = 1,
 ) -> Callable[[], Result]:
+    """:func:`benchmarks._common.spec`; "vs cooper" rows say who is faster."""
+    inner = spec(
+        group, name, baseline_name, base_fn, fn, note=note, desc=desc, rounds=rounds, target=target, max_s=MAX_S,
+        multiple=multiple,
+    )  # fmt: skip
+
     def run() -> Result:
-        batch = calibrate(base_fn, fn, target_s=target, multiple=multiple)
-        r = compare(group, name, baseline_name, base_fn, fn, rounds=rounds, batch=batch, note=note, max_s=MAX_S)
+        r = inner()
         if "vs cooper" in group:
             r.note = f"gameopt {1 / r.ratio:.2f}x faster" if r.ratio < 1 else f"gameopt {r.ratio:.2f}x slower"
-        r.extra = {"model": desc}
         return r
 
     return run

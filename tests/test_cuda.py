@@ -50,18 +50,23 @@ def test_fused_buffers_live_on_the_device_and_train() -> None:
     torch.testing.assert_close(player.params, before - 0.1 * xi)
 
 
-@pytest.mark.parametrize("info", TABLE, ids=[a.name for a in TABLE])
-@pytest.mark.parametrize("game_name", ["quadratic", "nonquadratic"])
-def test_algorithm_on_the_device_matches_cpu_float64(info, game_name) -> None:
+def _assert_device_matches_cpu(game_name: str, make) -> None:
+    """Four steps on the CPU and on the device from the same start, float64."""
     results = []
     for device in ("cpu", DEVICE):
         tg = GAMES[game_name]()
-        game = tg.build(info.make(_lrs(len(tg.init))), device=device)
+        game = tg.build(make(len(tg.init)), device=device)
         for _ in range(4):
             game.step()
         results.append([p.cpu() for p in tg.params()])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("info", TABLE, ids=[a.name for a in TABLE])
+@pytest.mark.parametrize("game_name", ["quadratic", "nonquadratic"])
+def test_algorithm_on_the_device_matches_cpu_float64(info, game_name) -> None:
+    _assert_device_matches_cpu(game_name, lambda n: info.make(_lrs(n)))
 
 
 @pytest.mark.parametrize(
@@ -74,15 +79,7 @@ def test_algorithm_on_the_device_matches_cpu_float64(info, game_name) -> None:
     ids=["ACGD", "CGD", "Extra-Adam"],
 )
 def test_zero_sum_methods_on_the_device_match_cpu_float64(make) -> None:
-    results = []
-    for device in ("cpu", DEVICE):
-        tg = GAMES["bilinear"]()
-        game = tg.build(make(), device=device)
-        for _ in range(4):
-            game.step()
-        results.append([p.cpu() for p in tg.params()])
-    for a, b in zip(*results):
-        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+    _assert_device_matches_cpu("bilinear", lambda n: make())
 
 
 @pytest.mark.parametrize(
