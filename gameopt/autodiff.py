@@ -267,6 +267,25 @@ class Linearization:
     def _all(self) -> list[int]:
         return list(range(len(self.layout.entries)))
 
+    def _others(self, i: int) -> list[int]:
+        """The entries of every player but ``i``."""
+        return [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
+
+    def _offdiag_reverse(self, us: list[Tensor], create_graph: bool = False) -> dict[int, Tensor | None]:
+        """H_oᵀ u for ``u`` given per entry: Σ_{i≠owner(k)} (∂ξ_i/∂w_k)ᵀ u_i, one reverse
+        pass per player toward the other players' parameters only."""
+        res: dict[int, Tensor | None] = dict.fromkeys(self._all())
+        for i, ks in enumerate(self.entries_of):
+            outs = [k for k in ks if self.pieces[k].requires_grad]
+            others = self._others(i)
+            if not others or not outs:
+                continue
+            part = self._grad([self.pieces[k] for k in outs], [us[k] for k in outs], others, create_graph=create_graph)
+            for k, t in part.items():
+                if t is not None:
+                    res[k] = t if res[k] is None else res[k] + t
+        return res
+
     # -------------------------------------------------------------- products
     # Every public product is averaged across ranks in a data-parallel game (one
     # collective each); the underscored ones are this rank's alone.
@@ -288,8 +307,9 @@ class Linearization:
         return self._mean(self._diag(v))
 
     def offdiag_vjp(self, u: Vec) -> Vec:
-        """H_oᵀ u = Jᵀ u − D u."""
-        return self._mean(list(torch._foreach_sub(self._vjp(u), self._diag(u))))
+        """H_oᵀ u: one reverse pass per player, toward the other players' parameters."""
+        entries = self.layout.entries
+        return self._mean(self._to_vec(self._offdiag_reverse([self.layout.entry_view(u, e) for e in entries])))
 
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v: ∂/∂u ⟨H_oᵀu, v⟩ on a kept graph of u ↦ H_oᵀu that holds only the
@@ -306,7 +326,7 @@ class Linearization:
         all averaged across ranks in one collective."""
         out = []
         for i in range(len(self.entries_of)):
-            others = [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
+            others = self._others(i)
             parts = self._grad([self.losses[i]], None, others) if others else {}
             out.append(self._to_vec({k: None if g is None else g.detach() for k, g in parts.items()}))
         if self.game._parallel is not None:
@@ -320,7 +340,7 @@ class Linearization:
         in a data-parallel game both factors are full-batch averages."""
         parts: dict[int, Tensor | None] = {}
         for i, g in enumerate(self.cross_gradients()):
-            others = [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
+            others = self._others(i)
             parts.update(self._reverse(others, g, self.entries_of[i]))
         return self._mean(self._to_vec(parts))
 
@@ -347,20 +367,11 @@ class Linearization:
         cache = self.__dict__.setdefault("_transposed_cache", {})
         if key not in cache:
             us = [torch.zeros_like(p, requires_grad=True) for p in self.pieces]
-            if not offdiag:
+            if offdiag:
+                res = self._offdiag_reverse(us, create_graph=True)
+            else:
                 outs = [k for k, p in enumerate(self.pieces) if p.requires_grad]
                 res = self._grad([self.pieces[k] for k in outs], [us[k] for k in outs], self._all(), create_graph=True)
-            else:  # only the off-diagonal blocks: Σ_{i≠owner(k)} (∂ξ_i/∂w_k)ᵀ u_i, n reverse passes
-                res = dict.fromkeys(self._all())
-                for i, ks in enumerate(self.entries_of):
-                    others = [k for j, kk in enumerate(self.entries_of) if j != i for k in kk]
-                    outs = [k for k in ks if self.pieces[k].requires_grad]
-                    if not others or not outs:
-                        continue
-                    part = self._grad([self.pieces[k] for k in outs], [us[k] for k in outs], others, create_graph=True)
-                    for k, t in part.items():
-                        if t is not None:
-                            res[k] = t if res[k] is None else res[k] + t
             cache[key] = (us, res)
         return cache[key]
 
@@ -380,10 +391,6 @@ class Linearization:
     def jvp_repeated(self, v: Vec) -> Vec:
         """J v for many v at this point: after the first call, one reverse pass each."""
         return self._mean(self._jvp_double_backward(v))
-
-    def offdiag_jvp_repeated(self, v: Vec) -> Vec:
-        """H_o v for many v at this point (the same as :meth:`offdiag_jvp`)."""
-        return self.offdiag_jvp(v)
 
 
 def linearize(game: Game, args: tuple, kwargs: dict[str, Any]) -> Linearization:

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from . import autodiff
 from .algorithms.base import Algorithm, _check_like, _clone, tensors_in
+from .buffer import links_intact
 from .distributed import DataParallel
 from .layout import JointLayout, Vec, VecPool, all_finite
 from .player import Player
@@ -101,9 +102,7 @@ class Oracle:
 
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """A new (pool) vector: each player's part of ``vec`` times its factor."""
-        out = self.empty()
-        torch._foreach_copy_(out, vec)
-        return self.layout.scale_(out, factors)
+        return self.layout.scale_(vec, factors, out=self.empty())
 
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor."""
@@ -215,7 +214,6 @@ class Game:
 
     def _build_layout(self) -> None:
         self.layout = JointLayout(self.players)
-        self._generations = [p.generation for p in self.players]
         self._grad_views = []
         for player in self.players:
             views = []
@@ -231,11 +229,8 @@ class Game:
     def _unchanged(self) -> bool:
         """Nothing moved since the layout was built (one C-level pass over all parameters)."""
         w = self._watch
-        return (
-            all(map(operator.is_, map(_BUFFERS, self.players), w.buffers))
-            and all(map(operator.is_, map(dict.get, map(_PARAMETERS, w.subs), w.names), w.registered))
-            and list(map(Tensor.data_ptr, w.params)) == w.ptrs
-            and list(map(_SHAPE, w.params)) == w.shapes
+        return all(map(operator.is_, map(_BUFFERS, self.players), w.buffers)) and links_intact(
+            w.params, w.ptrs, w.shapes, w.subs, w.names, w.registered
         )
 
     def _modules(self) -> list[nn.Module]:
@@ -252,7 +247,8 @@ class Game:
             or e.buffer.data.data_ptr() != self.layout.entry_view(self.layout.data, e).data_ptr()
             for e in self.layout.entries
         )
-        if not any(changed) and not moved and self._generations == [p.generation for p in self.players]:
+        re_fused = not all(map(operator.is_, map(_BUFFERS, self.players), self._watch.buffers))
+        if not any(changed) and not moved and not re_fused:
             return
         old, old_keys = self.layout, self._keys
         vectors = _map_vectors(self.algorithm.algo_state, old, lambda v: _unflatten(old, old_keys, v))
@@ -393,8 +389,6 @@ class Game:
 
 
 _BUFFERS = operator.attrgetter("buffers")
-_PARAMETERS = operator.attrgetter("_parameters")
-_SHAPE = operator.attrgetter("shape")
 
 
 class _Watch:

@@ -116,15 +116,18 @@ class JointLayout:
             return float(factors[self._group_entries[g][0].player])
         return [float(factors[e.player]) for e in self._group_entries[g]]
 
-    def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
-        """Multiply each player's part of ``vec`` by its factor, in place."""
-        for g, t in enumerate(vec):
+    def scale_(self, vec: Vec, factors: Sequence[float], out: Vec | None = None) -> Vec:
+        """Each player's part of ``vec`` times its factor: in place, or into ``out``."""
+        out = vec if out is None else out
+        for g, (t, o) in enumerate(zip(vec, out)):
             fs = self._factors(g, factors)
             if isinstance(fs, float):
-                t.mul_(fs)
+                torch.mul(t, fs, out=o)
             else:
-                torch._foreach_mul_([t[e.start : e.stop] for e in self._group_entries[g]], fs)
-        return vec
+                if o is not t:
+                    o.copy_(t)
+                torch._foreach_mul_([o[e.start : e.stop] for e in self._group_entries[g]], fs)
+        return out
 
     def add_scaled_(self, out: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: ``out += factor · vec``, each player's part with its factor."""
@@ -161,7 +164,7 @@ class VecPool:
     def take(self) -> Vec:
         if self._free:
             return self._free.pop()
-        vec = [torch.empty_like(t) for t in self.layout.data]
+        vec = self.layout.empty()
         self._owned.append(vec)
         return vec
 

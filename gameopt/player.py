@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor, nn
 
-from .buffer import FlatBuffer
+from .buffer import FlatBuffer, links_intact
 
-_PARAMETERS = operator.attrgetter("_parameters")
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
 
 
@@ -113,8 +111,7 @@ class Player:
     def stale(self) -> str | None:
         """Why the module no longer uses this player's buffers, or ``None``."""
         # fast path, iterated in C: every registration still holds its parameter
-        now = map(dict.get, map(_PARAMETERS, self._subs), self._names)
-        if all(map(operator.is_, now, self._registered)):
+        if links_intact((), (), (), self._subs, self._names, self._registered):
             return self._buffers_stale()
         for p, places in zip(self._params, self._owners):
             for sub, pname in places:

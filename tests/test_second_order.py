@@ -164,7 +164,7 @@ def test_linearization_products(game_name, raw) -> None:
         "offdiag_vjp": (lin.offdiag_vjp(v), H.T @ vv),
         "jvp_repeated": (lin.jvp_repeated(v), J @ vv),
         "jvp_repeated_again": (lin.jvp_repeated(v), J @ vv),
-        "offdiag_jvp_repeated": (lin.offdiag_jvp_repeated(v), H @ vv),
+        "offdiag_jvp_again": (lin.offdiag_jvp(v), H @ vv),
         "chi": (lin.chi(), _chi(tg, ws)),
     }
     for name, (got, want) in cases.items():

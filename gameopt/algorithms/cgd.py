@@ -33,7 +33,7 @@ def competitive_step(
     if not zero_sum:
 
         def matvec(d: Vec) -> Vec:
-            return list(torch._foreach_add(d, torch._foreach_mul(eta, lin.offdiag_jvp_repeated(d))))
+            return list(torch._foreach_add(d, torch._foreach_mul(eta, lin.offdiag_jvp(d))))
 
         rhs = list(torch._foreach_mul(torch._foreach_mul(eta, xi), -1.0))
         delta, _ = gmres(matvec, rhs, x0=warm, **solver)
