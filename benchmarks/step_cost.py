@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import cProfile
+import functools
 import io
 import pstats
 from collections.abc import Callable
@@ -432,7 +433,20 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
         except Exception as err:  # noqa: BLE001 - internals may have changed
             print(f"  {name}: unavailable ({type(err).__name__}: {err})")
             continue
-        specs.append(_spec(f"{kind} breakdown", name, "plain xi", xi, fn, "", desc, rounds, target))
+        specs.append(
+            spec(
+                f"{kind} breakdown",
+                name,
+                "plain xi",
+                xi,
+                fn,
+                note="",
+                desc=desc,
+                rounds=rounds,
+                target=target,
+                max_s=MAX_S,
+            )
+        )
     return specs
 
 
@@ -463,6 +477,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
         save_csv(results, out / f"step_cost_breakdown{suffix}.csv")
         return results
 
+    timed = functools.partial(spec, rounds=rounds, target=target, max_s=MAX_S)
     specs: list[Callable[[], Result]] = []
     for kind in ("mlp-2d", "deep-narrow"):
         pair = Pair(kind)
@@ -471,20 +486,23 @@ def main(argv: list[str] | None = None) -> list[Result]:
         xi = plain_xi(pair)
         cands = candidates(pair)
         # A/A control: the baseline against itself shows the noise floor
-        specs.append(_spec(kind, "A/A: plain xi vs itself", "plain xi", xi, xi, "noise floor", desc, rounds, target))
+        specs.append(timed(kind, "A/A: plain xi vs itself", "plain xi", xi, xi, note="noise floor", desc=desc))
         for name, (fn, note) in cands.items():
             # a multiple of 5 so that each batch holds one Lookahead synchronization
             multiple = 5 if "Lookahead" in name else 1
-            specs.append(_spec(kind, name, "plain xi", xi, fn, note, desc, rounds, target, multiple))
+            specs.append(timed(kind, name, "plain xi", xi, fn, note=note, desc=desc, multiple=multiple))
         for ours, theirs in (
             ("gameopt Extragradient", "ref: cooper ExtraSGD"),
             ("gameopt Extragradient+Adam", "ref: cooper ExtraAdam"),
         ):
             label = theirs.removeprefix("ref: ")
             base_fn, fn = cands[theirs][0], cands[ours][0]
-            specs.append(_spec(f"{kind} vs cooper", f"{ours} / {label}", label, base_fn, fn, "", desc, rounds, target))
+            specs.append(timed(f"{kind} vs cooper", f"{ours} / {label}", label, base_fn, fn, note="", desc=desc))
 
     results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log_result)
+    for r in results:
+        if "vs cooper" in r.group:
+            r.note = f"gameopt {1 / r.ratio:.2f}x faster" if r.ratio < 1 else f"gameopt {r.ratio:.2f}x slower"
 
     print_table(
         results,
@@ -507,33 +525,6 @@ def main(argv: list[str] | None = None) -> list[Result]:
         goals=goal_lines,
     )
     return results
-
-
-def _spec(
-    group: str,
-    name: str,
-    baseline_name: str,
-    base_fn: Callable[[], object],
-    fn: Callable[[], object],
-    note: str,
-    desc: str,
-    rounds: int,
-    target: float,
-    multiple: int = 1,
-) -> Callable[[], Result]:
-    """:func:`benchmarks._common.spec`; "vs cooper" rows say who is faster."""
-    inner = spec(
-        group, name, baseline_name, base_fn, fn, note=note, desc=desc, rounds=rounds, target=target, max_s=MAX_S,
-        multiple=multiple,
-    )  # fmt: skip
-
-    def run() -> Result:
-        r = inner()
-        if "vs cooper" in group:
-            r.note = f"gameopt {1 / r.ratio:.2f}x faster" if r.ratio < 1 else f"gameopt {r.ratio:.2f}x slower"
-        return r
-
-    return run
 
 
 def goals(results: list[Result]) -> list[str]:
