@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 from collections.abc import Callable, Iterator, Sequence
@@ -12,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from . import autodiff
-from .algorithms.base import Algorithm, _check_like, _clone, tensors_in
+from .algorithms.base import Algorithm, _check_like, _clone, check_number, tensors_in
 from .buffer import links_intact
 from .distributed import DataParallel
 from .layout import JointLayout, Vec, VecPool, all_finite
@@ -22,6 +23,18 @@ log = logging.getLogger(__name__)
 
 PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
 Along = tuple[Vec, Sequence[float]]  # (direction, one factor per player)
+
+
+def _autograd_on(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` with autograd on, also when called under ``torch.no_grad()`` or
+    ``torch.inference_mode()``: a game step needs gradients whatever the caller's mode."""
+
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        with torch.inference_mode(False), torch.enable_grad():
+            return method(*args, **kwargs)
+
+    return wrapped
 
 
 class NonFiniteError(FloatingPointError):
@@ -223,7 +236,6 @@ class Game:
             self._grad_views.append(views)
         self._backup: Vec | None = None
         self._pool = VecPool(self.layout)
-        self._keys = _entry_keys(self.layout, self.players)
         self._watch = _Watch(self.players)
 
     def _unchanged(self) -> bool:
@@ -250,13 +262,12 @@ class Game:
         re_fused = not all(map(operator.is_, map(_BUFFERS, self.players), self._watch.buffers))
         if not any(changed) and not moved and not re_fused:
             return
-        old, old_keys = self.layout, self._keys
-        vectors = _map_vectors(self.algorithm.algo_state, old, lambda v: _unflatten(old, old_keys, v))
-        log.info("game storage rebuilt after a player changed; algorithm state carried over")
+        old = self.layout
+        vectors = _map_vectors(self.algorithm.algo_state, old, lambda v: _unflatten(old, v))
         self._build_layout()
-        new, keys = self.layout, self._keys
-        self.algorithm.algo_state = _map_vectors(vectors, new, lambda d: _flatten(new, keys, d))
+        self.algorithm.algo_state = _carry(vectors, self.algorithm.init_state(self), self.layout)
         self.algorithm.refresh_params(self)
+        log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
 
     # ------------------------------------------------------------ evaluation
     @contextlib.contextmanager
@@ -282,6 +293,7 @@ class Game:
         finally:
             torch._foreach_copy_(data, self._backup)
 
+    @_autograd_on
     def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
         (a tuple of tensors for a player with several dtype/device groups)."""
@@ -290,6 +302,7 @@ class Game:
             autodiff.first_order(self, range(len(self.players)), args, kwargs)
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
 
+    @_autograd_on
     def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
         self._sync()
@@ -302,12 +315,14 @@ class Game:
 
         return jacobian_operator(self, *args, **kwargs)
 
+    @_autograd_on
     def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()
         vec = self.layout.from_per_player(v)
         return self.layout.per_player(autodiff.linearize(self, args, kwargs).jvp(vec))
 
+    @_autograd_on
     def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()
@@ -315,6 +330,7 @@ class Game:
         return self.layout.per_player(autodiff.linearize(self, args, kwargs).vjp(vec))
 
     # ------------------------------------------------------------------ step
+    @_autograd_on
     def step(self, *args: Any, **kwargs: Any) -> tuple[Tensor, ...]:
         """One step of the algorithm. Arguments are passed on to ``losses``.
 
@@ -350,38 +366,56 @@ class Game:
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume bit for bit; loads with ``weights_only=True``."""
+        """Everything needed to resume bit for bit: each player's parameters and its
+        module's persistent buffers (BatchNorm running statistics), the algorithm's
+        state and learning rates. Loads with ``torch.load(weights_only=True)``."""
         self._sync()
         return {
-            "players": [{"name": p.name, "params": [b.data.detach().clone() for b in p.buffers]} for p in self.players],
+            "players": _clone(self._players_state()),
             "algorithm": self.algorithm.state_dict(),
             "skipped_steps": self.skipped_steps,
         }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`. A state that does not fit raises
-        ``ValueError`` and changes nothing."""
+    def _players_state(self) -> list[dict[str, Any]]:
+        """The players' part of :meth:`state_dict`, live tensors (not copies)."""
+        return [
+            {"name": p.name, "params": [b.data for b in p.buffers], "buffers": _module_buffers(p)}
+            for p in self.players
+        ]
+
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
+        game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
         self._sync()
-        mine = self.state_dict()
-        players = state_dict.get("players")
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"a game state_dict must be a dict, got {type(state_dict).__name__}")
+        missing = {"players", "algorithm", "skipped_steps"} - set(state_dict)
+        if missing:
+            raise ValueError(f"the state_dict lacks {sorted(missing)}")
+        players = state_dict["players"]
         if not isinstance(players, list) or len(players) != len(self.players):
-            raise ValueError(f"checkpoint has {len(players or [])} players, the game has {len(self.players)}")
-        for p, saved in zip(self.players, players):
+            got = f"{len(players)} players" if isinstance(players, list) else type(players).__name__
+            raise ValueError(f"players: expected {len(self.players)} players, got {got}")
+        for k, (p, mine, saved) in enumerate(zip(self.players, self._players_state(), players)):
+            if not isinstance(saved, dict):
+                raise ValueError(f"players[{k}]: expected a dict, got {type(saved).__name__}")
             if saved.get("name") != p.name:
                 raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
-        _check_like(mine["players"], players, "players")
-        algo = state_dict.get("algorithm", {})
-        if algo.get("type") != type(self.algorithm).__name__:
-            raise ValueError(
-                f"checkpoint is for {algo.get('type')!r}, this game runs {type(self.algorithm).__name__!r}"
-            )
-        _check_like(mine["algorithm"]["state"], algo.get("state"), "algorithm.state")
-        self.algorithm.load_state_dict(_clone(algo))
+            _check_like(mine, saved, f"players[{k}]")
+        self.algorithm.check_state_dict(state_dict["algorithm"])
+        check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`. Everything is checked before anything is
+        written: a state that does not fit raises ``ValueError`` and changes nothing."""
+        self.check_state_dict(state_dict)
+        self.algorithm.load_state_dict(state_dict["algorithm"])
         with torch.no_grad():
-            for p, saved in zip(self.players, players):
-                for b, t in zip(p.buffers, saved["params"]):
-                    b.data.copy_(t)
-        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+            for mine, saved in zip(self._players_state(), state_dict["players"]):
+                torch._foreach_copy_(mine["params"], saved["params"])
+                for name, t in mine["buffers"].items():
+                    t.copy_(saved["buffers"][name])
+        self.skipped_steps = int(state_dict["skipped_steps"])
 
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
@@ -389,6 +423,18 @@ class Game:
 
 
 _BUFFERS = operator.attrgetter("buffers")
+
+
+def _module_buffers(player: Player) -> dict[str, Tensor]:
+    """The persistent buffers of a player's module (those in its ``state_dict``), by name."""
+    if player.module is None:
+        return {}
+    out = {}
+    for prefix, sub in player.module.named_modules():
+        for name, b in sub._buffers.items():
+            if b is not None and name not in sub._non_persistent_buffers_set:
+                out[f"{prefix}.{name}" if prefix else name] = b
+    return out
 
 
 class _Watch:
@@ -439,31 +485,43 @@ def _map_vectors(obj: Any, layout: JointLayout, fn: Callable[[Vec], Any]) -> Any
 
 
 class _PerParam(dict):
-    """A joint vector taken apart: (player, parameter index) -> tensor."""
+    """A joint vector taken apart by parameter identity: id(param) -> (param, values).
+    The parameter object is held so that its id cannot be reused meanwhile."""
 
 
-def _entry_keys(layout: JointLayout, players: Sequence[Player]) -> list[list[int]]:
-    """For each entry, the player's index of each parameter in the entry's buffer."""
-    out = []
-    for e in layout.entries:
-        index = {id(p): k for k, p in enumerate(players[e.player]._params)}
-        out.append([index[id(p)] for p in e.buffer.params])
-    return out
-
-
-def _unflatten(layout: JointLayout, keys: list[list[int]], vec: Vec) -> _PerParam:
+def _unflatten(layout: JointLayout, vec: Vec) -> _PerParam:
     out = _PerParam()
-    for e, ks in zip(layout.entries, keys):
-        for k, view in zip(ks, e.buffer.views(layout.entry_view(vec, e))):
-            out[(e.player, k)] = view.clone()
+    for e in layout.entries:
+        for p, view in zip(e.buffer.params, e.buffer.views(layout.entry_view(vec, e))):
+            out[id(p)] = (p, view.clone())
     return out
 
 
-def _flatten(layout: JointLayout, keys: list[list[int]], per_param: _PerParam) -> Vec:
-    vec = layout.zeros()
+def _carry(old: Any, fresh: Any, layout: JointLayout) -> Any:
+    """The algorithm state after a re-layout: ``fresh`` (a new ``init_state``) with each
+    surviving parameter's part of every joint vector taken from ``old`` (taken apart
+    by :func:`_unflatten`), and ``old``'s other values (step counts)."""
+    if isinstance(old, _PerParam):
+        return _fill(layout, old, fresh)
+    if isinstance(old, dict):
+        return {k: _carry(v, fresh[k], layout) for k, v in old.items()}
+    if isinstance(old, (list, tuple)):
+        return type(old)(_carry(v, f, layout) for v, f in zip(old, fresh))
+    return old
+
+
+def _fill(layout: JointLayout, per_param: _PerParam, vec: Vec) -> Vec:
+    """Write each parameter's own values (by identity, never by position) into ``vec``;
+    a parameter that joined since, or whose shape changed, keeps ``vec``'s fresh state."""
+    fresh = []
     with torch.no_grad():
-        for e, ks in zip(layout.entries, keys):
-            for k, view in zip(ks, e.buffer.views(layout.entry_view(vec, e))):
-                if (e.player, k) in per_param:
-                    view.copy_(per_param[(e.player, k)])
+        for e in layout.entries:
+            for p, view in zip(e.buffer.params, e.buffer.views(layout.entry_view(vec, e))):
+                old = per_param.get(id(p))
+                if old is not None and old[0] is p and old[1].shape == view.shape:
+                    view.copy_(old[1])
+                else:
+                    fresh.append(tuple(view.shape))
+    if fresh:
+        log.info("fresh algorithm state for %d parameter(s) of shapes %s", len(fresh), fresh)
     return vec

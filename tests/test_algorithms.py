@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -196,20 +197,55 @@ def test_lr_scheduler_drives_per_player_learning_rates() -> None:
     assert other.algorithm.lrs == pytest.approx([0.025, 0.05, 0.075])
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: gameopt.SimGD(-1.0),
-        lambda: gameopt.SimGD(float("nan")),
-        lambda: gameopt.Momentum(1.5),
-        lambda: gameopt.Adam((1.0, 0.9)),
-        lambda: gameopt.Lookahead(gameopt.SimGD(0.1), k=0),
-        lambda: gameopt.Lookahead(gameopt.SimGD(0.1), alpha=0.0),
-    ],
-)
-def test_bad_hyperparameters_raise(make) -> None:
-    with pytest.raises(ValueError):
+NAN, INF = float("nan"), float("inf")
+BAD_HYPERPARAMETERS = [
+    # (constructor, the argument the message must name)
+    (lambda: gameopt.SimGD(-1.0), "lr"),
+    (lambda: gameopt.SimGD(NAN), "lr"),
+    (lambda: gameopt.SimGD(INF), "lr"),
+    (lambda: gameopt.SimGD("0.1"), "lr"),
+    (lambda: gameopt.SimGD([0.1, True]), "lr[1]"),
+    (lambda: gameopt.SimGD([]), "lr"),
+    (lambda: gameopt.Momentum(1.5), "momentum"),
+    (lambda: gameopt.Adam((1.0, 0.9)), "betas"),
+    (lambda: gameopt.Extragradient(0.1, extrapolation_lr=-1), "extrapolation_lr"),
+    (lambda: gameopt.Extragradient(0.1, extrapolation_lr=NAN), "extrapolation_lr"),
+    (lambda: gameopt.Extragradient(0.1, extrapolation_lr=[0.1, "x"]), "extrapolation_lr[1]"),
+    (lambda: gameopt.Lookahead(gameopt.SimGD(0.1), k=0), "k"),
+    (lambda: gameopt.Lookahead(gameopt.SimGD(0.1), k=2.0), "k"),
+    (lambda: gameopt.Lookahead(gameopt.SimGD(0.1), alpha=0.0), "alpha"),
+    (lambda: gameopt.Lookahead(gameopt.SimGD(0.1), alpha=NAN), "alpha"),
+    (lambda: gameopt.ConsensusOptimization(0.1, gamma=-1.0), "gamma"),
+    (lambda: gameopt.ConsensusOptimization(0.1, gamma=NAN), "gamma"),
+    (lambda: gameopt.LA(0.1, alpha=NAN), "alpha"),
+    (lambda: gameopt.LOLA(0.1, alpha=INF), "alpha"),
+    (lambda: gameopt.LOLA(0.1, shaping_only="yes"), "shaping_only"),
+    (lambda: gameopt.SOS(0.1, alpha=-0.5), "alpha"),
+    (lambda: gameopt.SOS(0.1, a=1.0), "a"),
+    (lambda: gameopt.SOS(0.1, b=NAN), "b"),
+    (lambda: gameopt.CGD(0.1, tol=0.0), "tol"),
+    (lambda: gameopt.CGD(0.1, tol=NAN), "tol"),
+    (lambda: gameopt.CGD(0.1, maxiter=0), "maxiter"),
+    (lambda: gameopt.CGD(0.1, maxiter=2.5), "maxiter"),
+    (lambda: gameopt.ACGD(0.1, beta=1.0), "beta"),
+    (lambda: gameopt.ACGD(0.1, eps=0.0), "eps"),
+    (lambda: gameopt.ACGD(0.1, tol=-1.0), "tol"),
+    (lambda: gameopt.ACGD(0.1, atol=NAN), "atol"),
+]
+
+
+@pytest.mark.parametrize("make, name", BAD_HYPERPARAMETERS, ids=[str(k) for k in range(len(BAD_HYPERPARAMETERS))])
+def test_bad_hyperparameters_raise_a_value_error_naming_the_argument(make, name) -> None:
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)} must be"):
         make()
+
+
+def test_ints_are_numbers_and_per_player_lengths_are_checked_when_the_game_is_built() -> None:
+    game = GAMES["bilinear"]().build(gameopt.Extragradient(1, extrapolation_lr=1))
+    assert game.algorithm.lrs == [1.0, 1.0]
+    game.step()
+    with pytest.raises(ValueError, match="1 values of extrapolation_lr for 2 players"):
+        GAMES["bilinear"]().build(gameopt.Extragradient(0.1, extrapolation_lr=[0.1]))
 
 
 def test_wrong_number_of_learning_rates() -> None:

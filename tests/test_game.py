@@ -395,3 +395,201 @@ def test_player_module_still_trains_with_torch_optim_after_game_fusing() -> None
     opt.step()
     assert not torch.equal(game.players[0].params, before)
     assert gen[0].weight.grad.data_ptr() == game.players[0].grad.data_ptr()
+
+
+# ---------------------------------------------------------- nothing lost (issue 11)
+def _adam_game():
+    tg = GAMES["quadratic"]()
+    game = tg.build(gameopt.Extragradient(0.1, update=gameopt.Adam()))
+    for _ in range(2):
+        game.step()
+    return tg, game
+
+
+def _malformed(sd):
+    """(description, a malformed copy of ``sd``) for every way a state can be wrong."""
+    cases = []
+
+    def case(name, edit):
+        bad = copy.deepcopy(sd)
+        edit(bad)
+        cases.append((name, bad))
+
+    case("skipped_steps None", lambda s: s.__setitem__("skipped_steps", None))
+    case("skipped_steps negative", lambda s: s.__setitem__("skipped_steps", -1))
+    case("skipped_steps missing", lambda s: s.pop("skipped_steps"))
+    case("players entry not a dict", lambda s: s["players"].__setitem__(1, "oops"))
+    case("players not a list", lambda s: s.__setitem__("players", {"a": 1}))
+    case("algorithm not a dict", lambda s: s.__setitem__("algorithm", [1, 2]))
+    case("algorithm missing", lambda s: s.pop("algorithm"))
+    case("params missing", lambda s: s["players"][0].pop("params"))
+    case("params not a list", lambda s: s["players"][0].__setitem__("params", None))
+    case("lr a string", lambda s: s["algorithm"]["param_groups"][0].__setitem__("lr", "0.1"))
+    case("lr nan", lambda s: s["algorithm"]["param_groups"][1].__setitem__("lr", float("nan")))
+    case("param_groups short", lambda s: s["algorithm"]["param_groups"].pop())
+    case("adam step None", lambda s: s["algorithm"]["state"]["rule"].__setitem__("t", None))
+    case("adam step a float", lambda s: s["algorithm"]["state"]["rule"].__setitem__("t", 2.5))
+    case("adam moment wrong shape", lambda s: s["algorithm"]["state"]["rule"]["m"].__setitem__(0, torch.zeros(2)))
+    case("state not a dict", lambda s: s["algorithm"].__setitem__("state", 3))
+    case("not a dict at all", lambda s: s.clear())
+    cases.append(("a list", [sd]))
+    return cases
+
+
+def test_every_malformed_state_dict_is_a_value_error_that_changes_nothing() -> None:
+    tg, game = _adam_game()
+    good = game.state_dict()
+    game.step()  # the game now differs from ``good``
+    now = _state_tensors(game)
+    for name, bad in _malformed(good):
+        with pytest.raises(ValueError):
+            game.load_state_dict(bad)
+        _assert_same_state(game.state_dict(), now)
+    game.load_state_dict(good)  # a good one still loads
+    _assert_same_state(game.state_dict(), good)
+
+
+def test_state_dict_carries_module_buffers_and_a_game_checkpoint_alone_resumes(tmp_path) -> None:
+    def make(seed):
+        torch.manual_seed(seed)
+        gen = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).double()
+        disc = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1)).double()
+        data = torch.Generator().manual_seed(1)
+        batches = [(torch.randn(16, 2, generator=data, dtype=torch.float64),) * 2 for _ in range(6)]
+
+        def losses(x, z):
+            real, fake = disc(x), disc(gen(z))
+            return fake.mean(), real.mean() - fake.mean()
+
+        return gen, disc, gameopt.Game([gen, disc], losses, algorithm=gameopt.SimGD(0.05)), batches
+
+    gen, disc, game, batches = make(0)
+    for x, z in batches[:3]:
+        game.step(x, z)
+    sd = game.state_dict()
+    assert set(sd["players"][0]["buffers"]) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
+    torch.save(sd, tmp_path / "game.pt")
+    for x, z in batches[3:]:
+        game.step(x, z)
+    gen2, disc2, resumed, _ = make(1)  # other initial values everywhere
+    resumed.load_state_dict(torch.load(tmp_path / "game.pt", weights_only=True))
+    for x, z in batches[3:]:
+        resumed.step(x, z)
+    for m, m2 in ((gen, gen2), (disc, disc2)):
+        for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
+            assert torch.equal(a, b), k
+
+
+class _Separable(nn.Module):
+    """Parameters that each minimize their own quadratic: a parameter's trajectory
+    depends on nothing but its own values and algorithm state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+        self.b = nn.Parameter(torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64))
+        self.c = nn.Parameter(torch.tensor([[0.3, -0.7]], dtype=torch.float64))
+
+    def loss(self) -> torch.Tensor:
+        scale = {"a": 3.0, "b": 1.0, "c": 2.0, "d": 0.5}
+        return sum(scale[n] * (p**2).sum() + p.sum() for n, p in self.named_parameters())
+
+
+def _separable_game(make_algo):
+    m, other = _Separable(), VecModule(torch.tensor([0.5], dtype=torch.float64))
+    game = gameopt.Game([m, other], lambda: (m.loss(), (other.w**2).sum()), algorithm=make_algo())
+    return m, game
+
+
+SEPARABLE = {
+    "SimGD-momentum": lambda: gameopt.SimGD(0.05, update=gameopt.Momentum(0.9)),
+    "Extra-Adam": lambda: gameopt.Extragradient(0.05, update=gameopt.Adam()),
+    "Optimistic-Adam": lambda: gameopt.Optimistic(0.05, update=gameopt.Adam()),
+    "Lookahead-SimGD-momentum": lambda: gameopt.Lookahead(gameopt.SimGD(0.05, update=gameopt.Momentum(0.9)), k=2),
+}
+
+
+@pytest.mark.parametrize("name", list(SEPARABLE))
+def test_state_follows_its_parameter_when_another_is_removed(name) -> None:
+    m, game = _separable_game(SEPARABLE[name])
+    ref, ref_game = _separable_game(SEPARABLE[name])
+    for _ in range(3):
+        game.step()
+        ref_game.step()
+    del m.a  # b and c keep their own momentum, whatever their position
+    for _ in range(4):
+        game.step()
+        ref_game.step()
+    assert not hasattr(m, "a")
+    assert torch.equal(m.b, ref.b) and torch.equal(m.c, ref.c)
+
+
+@pytest.mark.parametrize("name", list(SEPARABLE))
+def test_a_parameter_added_after_the_game_was_built_trains_with_fresh_state(name) -> None:
+    m, game = _separable_game(SEPARABLE[name])
+    for _ in range(4):
+        game.step()
+    m.d = nn.Parameter(torch.tensor([1.5, -2.0], dtype=torch.float64))
+    # the same parameter in a game of its own, from the start
+    alone, other = nn.Module(), VecModule(torch.tensor([0.5], dtype=torch.float64))
+    alone.d = nn.Parameter(torch.tensor([1.5, -2.0], dtype=torch.float64))
+    g2 = gameopt.Game(
+        [alone, other],
+        lambda: (0.5 * (alone.d**2).sum() + alone.d.sum(), (other.w**2).sum()),
+        algorithm=SEPARABLE[name](),
+    )
+    for _ in range(4):
+        g2.step()
+    moved = m.d.detach().clone()
+    for _ in range(4):
+        game.step()
+    assert not torch.equal(m.d, moved)  # trained
+    if "Adam" in name:
+        # fresh moments, but Adam's step count (bias correction) is the game's
+        assert torch.allclose(m.d, alone.d, rtol=0.2)
+    else:
+        assert torch.equal(m.d, alone.d)
+
+
+SECOND_ORDER_TOO = {
+    **SEPARABLE,
+    "SGA": lambda: gameopt.SGA(0.05),
+    "Consensus": lambda: gameopt.ConsensusOptimization(0.05, gamma=0.5),
+    "LOLA": lambda: gameopt.LOLA(0.05, alpha=0.3),
+    "CGD": lambda: gameopt.CGD(0.05),
+    "AltGD": lambda: gameopt.AltGD(0.05),
+}
+
+
+@pytest.mark.parametrize("name", list(SECOND_ORDER_TOO))
+def test_requires_grad_false_after_fusing_freezes_the_parameter_in_every_algorithm(name) -> None:
+    m, game = _separable_game(SECOND_ORDER_TOO[name])
+    game.step()
+    m.b.requires_grad_(False)
+    frozen = m.b.detach().clone()
+    before_c = m.c.detach().clone()
+    for _ in range(3):
+        game.step()
+    assert torch.equal(m.b, frozen)
+    assert not torch.equal(m.c, before_c)  # the others still train
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gameopt.SimGD(0.1),
+        lambda: gameopt.Extragradient(0.1, update=gameopt.Adam()),
+        lambda: gameopt.SGA(0.1),
+        lambda: gameopt.CGD(0.1),
+    ],
+)
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_step_works_inside_no_grad_and_inference_mode(make, mode) -> None:
+    tg, ref = GAMES["nonquadratic"](), GAMES["nonquadratic"]()
+    game, ref_game = tg.build(make()), ref.build(make())
+    for _ in range(2):
+        with mode():
+            losses = game.step()
+        ref_losses = ref_game.step()
+    assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))
+    assert all(torch.equal(a, b) for a, b in zip(tg.params(), ref.params()))

@@ -3,6 +3,7 @@ groups, explicit state, and the (step, new state) contract."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +19,54 @@ if TYPE_CHECKING:
 State = dict[str, Any]
 
 
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+) -> Any:
+    """``value`` as a float (an int with ``integer``) if it is a finite number in the
+    range, else a ``ValueError`` naming ``name`` and the range. Ints count as numbers,
+    bools do not."""
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
+    what = "an integer" if integer else "a finite number"
+    if low is not None or high is not None:
+        what += f" in {lo}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{hi}"
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_per_player(name: str, value: Any, **bounds: Any) -> float | list[float]:
+    """One number, or a non-empty list or tuple of numbers (one per player), each
+    checked with :func:`check_number`. The length is checked when the game is built."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"{name} must be a number or one number per player, got {value!r}")
+        return [check_number(f"{name}[{k}]", v, **bounds) for k, v in enumerate(value)]
+    return check_number(name, value, **bounds)
+
+
 def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
-    values = [lr] if isinstance(lr, (int, float)) else list(lr)
-    for v in values:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0.0:
-            raise ValueError(f"learning rates must be non-negative floats, got {lr!r}")
-    return float(lr) if isinstance(lr, (int, float)) else [float(v) for v in values]
+    return check_per_player("lr", lr, low=0.0)
 
 
 class Algorithm(torch.optim.Optimizer):
@@ -52,8 +95,11 @@ class Algorithm(torch.optim.Optimizer):
         """Attach to a game: one param group per player, fresh state."""
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
-        if len(lrs) != n:
-            raise ValueError(f"{type(self).__name__} got {len(lrs)} learning rates for {n} players")
+        per_player = {"lr": lrs, **{k: v for k, v in self.hyper.items() if isinstance(v, list)}}
+        for key, values in per_player.items():
+            if len(values) != n:
+                what = "learning rates" if key == "lr" else f"values of {key}"
+                raise ValueError(f"{type(self).__name__} got {len(values)} {what} for {n} players")
         groups = [
             {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name} for p, lr in zip(game.players, lrs)
         ]
@@ -104,14 +150,29 @@ class Algorithm(torch.optim.Optimizer):
         # a snapshot: the live state's tensors are reused by later steps
         return {"type": type(self).__name__, "param_groups": groups, "state": _clone(self.algo_state)}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+    def check_state_dict(self, state_dict: Any, path: str = "algorithm") -> None:
+        """Raise ``ValueError`` (naming what is wrong) unless ``state_dict`` fits this
+        algorithm: its type, one settings dict per player, and state of the same
+        structure, shapes and dtypes. Changes nothing."""
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"{path}: expected a dict, got {type(state_dict).__name__}")
         if state_dict.get("type") != type(self).__name__:
             raise ValueError(f"checkpoint is for {state_dict.get('type')!r}, this game runs {type(self).__name__!r}")
-        groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups):
-            raise ValueError(f"checkpoint has {len(groups)} players' settings, the game has {len(self.param_groups)}")
-        _check_like(self.algo_state, state_dict["state"], "state")
-        for mine, theirs in zip(self.param_groups, groups):
+        groups = state_dict.get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(self.param_groups):
+            got = len(groups) if isinstance(groups, list) else type(groups).__name__
+            raise ValueError(f"{path}.param_groups: expected {len(self.param_groups)} players' settings, got {got}")
+        for k, group in enumerate(groups):
+            if not isinstance(group, dict) or "lr" not in group:
+                raise ValueError(f"{path}.param_groups[{k}]: expected a dict with 'lr', got {group!r}")
+            check_number(f"{path}.param_groups[{k}].lr", group["lr"], low=0.0)
+        _check_like(self.algo_state, state_dict.get("state"), f"{path}.state")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        """Restore a :meth:`state_dict`; a state that does not fit raises ``ValueError``
+        and changes nothing."""
+        self.check_state_dict(state_dict)
+        for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
         self.algo_state = _clone(state_dict["state"])
 
@@ -160,6 +221,13 @@ def _check_like(mine: Any, theirs: Any, path: str) -> None:
             raise ValueError(f"{path}: expected {len(mine)} entries")
         for k, (a, b) in enumerate(zip(mine, theirs)):
             _check_like(a, b, f"{path}[{k}]")
+    elif isinstance(mine, bool) or isinstance(mine, str):
+        if type(theirs) is not type(mine):
+            raise ValueError(f"{path}: expected a {type(mine).__name__}, got {theirs!r}")
+    elif isinstance(mine, (int, float)):
+        kinds = (int,) if isinstance(mine, int) else (int, float)
+        if not isinstance(theirs, kinds) or isinstance(theirs, bool) or not math.isfinite(theirs):
+            raise ValueError(f"{path}: expected a finite {type(mine).__name__}, got {theirs!r}")
     elif mine is None:
         if theirs is not None and not isinstance(theirs, (Tensor, list)):
             raise ValueError(f"{path}: unexpected {theirs!r}")

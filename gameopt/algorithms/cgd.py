@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..linalg import cg, gmres
-from .base import Algorithm, State
+from .base import Algorithm, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..autodiff import Linearization
@@ -91,9 +91,10 @@ class CGD(Algorithm):
         maxiter: int | None = None,
         zero_sum: bool = False,
     ) -> None:
-        if not tol > 0:
-            raise ValueError(f"tol must be positive, got {tol}")
-        super().__init__(lr, None, tol=float(tol), maxiter=maxiter, zero_sum=bool(zero_sum))
+        tol = check_number("tol", tol, low=0.0, low_open=True)
+        if maxiter is not None:
+            maxiter = check_number("maxiter", maxiter, low=1, integer=True)
+        super().__init__(lr, None, tol=tol, maxiter=maxiter, zero_sum=check_bool("zero_sum", zero_sum))
 
     def init_state(self, game: Game) -> State:
         return {"warm": game.layout.zeros()}
@@ -141,9 +142,14 @@ class ACGD(Algorithm):
         atol: float = 1e-20,
         maxiter: int | None = None,
     ) -> None:
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"beta must be in [0, 1), got {beta}")
-        super().__init__(lr, None, beta=float(beta), eps=float(eps), tol=float(tol), atol=float(atol), maxiter=maxiter)
+        hyper = {
+            "beta": check_number("beta", beta, low=0.0, high=1.0, high_open=True),
+            "eps": check_number("eps", eps, low=0.0, low_open=True),
+            "tol": check_number("tol", tol, low=0.0),
+            "atol": check_number("atol", atol, low=0.0),
+            "maxiter": None if maxiter is None else check_number("maxiter", maxiter, low=1, integer=True),
+        }
+        super().__init__(lr, None, **hyper)
 
     def init_state(self, game: Game) -> State:
         if len(game.players) != 2:

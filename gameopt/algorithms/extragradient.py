@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State
+from .base import Algorithm, State, check_per_player
 
 if TYPE_CHECKING:
     from ..game import Game, Oracle
@@ -38,6 +38,8 @@ class Extragradient(Algorithm):
         extrapolation_lr: float | Sequence[float] | None = None,
         update: UpdateRule | None = None,
     ) -> None:
+        if extrapolation_lr is not None:
+            extrapolation_lr = check_per_player("extrapolation_lr", extrapolation_lr, low=0.0)
         super().__init__(lr, update, extrapolation_lr=extrapolation_lr)
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State
+from .base import Algorithm, State, check_number
 
 if TYPE_CHECKING:
     from ..game import Oracle
@@ -50,9 +50,7 @@ class ConsensusOptimization(Algorithm):
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, gamma: float = 0.1, update: UpdateRule | None = None
     ) -> None:
-        if not gamma >= 0:
-            raise ValueError(f"gamma must be non-negative, got {gamma}")
-        super().__init__(lr, update, gamma=float(gamma))
+        super().__init__(lr, update, gamma=check_number("gamma", gamma, low=0.0))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False)  # the update is non-finite if ξ is

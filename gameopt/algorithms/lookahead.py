@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Algorithm, State
+from .base import Algorithm, State, check_number
 
 if TYPE_CHECKING:
     from ..game import Game, Oracle
@@ -32,11 +32,8 @@ class Lookahead(Algorithm):
     def __init__(self, base: Algorithm, k: int = 5, alpha: float = 0.5) -> None:
         if not isinstance(base, Algorithm):
             raise TypeError(f"base must be a gameopt Algorithm, got {type(base).__name__}")
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if not 0.0 < alpha <= 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        super().__init__(0.0, k=k, alpha=float(alpha))
+        k = check_number("k", k, low=1, integer=True)
+        super().__init__(0.0, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
         self.base = base
 
     def bind(self, game: Game) -> None:
@@ -49,7 +46,7 @@ class Lookahead(Algorithm):
         self.base.refresh_params(game)
 
     def init_state(self, game: Game) -> State:
-        return {"base": self.base.algo_state, "slow": [t.clone() for t in game.layout.data], "count": 0}
+        return {"base": self.base.init_state(game), "slow": [t.clone() for t in game.layout.data], "count": 0}
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         delta, base_state = self.base.update(oracle, state["base"])

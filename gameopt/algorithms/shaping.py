@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State
+from .base import Algorithm, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..autodiff import Linearization
@@ -38,7 +38,7 @@ class LA(Algorithm):
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, alpha: float = 1.0, update: UpdateRule | None = None
     ) -> None:
-        super().__init__(lr, update, alpha=float(alpha))
+        super().__init__(lr, update, alpha=check_number("alpha", alpha, low=0.0))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
@@ -71,7 +71,8 @@ class LOLA(Algorithm):
         shaping_only: bool = False,
         update: UpdateRule | None = None,
     ) -> None:
-        super().__init__(lr, update, alpha=float(alpha), shaping_only=bool(shaping_only))
+        alpha = check_number("alpha", alpha, low=0.0)
+        super().__init__(lr, update, alpha=alpha, shaping_only=check_bool("shaping_only", shaping_only))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
@@ -107,11 +108,13 @@ class SOS(Algorithm):
         b: float = 0.1,
         update: UpdateRule | None = None,
     ) -> None:
-        if not 0.0 < a < 1.0:
-            raise ValueError(f"a must be in (0, 1), got {a}")
-        if not b > 0.0:
-            raise ValueError(f"b must be positive, got {b}")
-        super().__init__(lr, update, alpha=float(alpha), a=float(a), b=float(b))
+        super().__init__(
+            lr,
+            update,
+            alpha=check_number("alpha", alpha, low=0.0),
+            a=check_number("a", a, low=0.0, high=1.0, low_open=True, high_open=True),
+            b=check_number("b", b, low=0.0, low_open=True),
+        )
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
