@@ -379,8 +379,7 @@ class Game:
     def _players_state(self) -> list[dict[str, Any]]:
         """The players' part of :meth:`state_dict`, live tensors (not copies)."""
         return [
-            {"name": p.name, "params": [b.data for b in p.buffers], "buffers": _module_buffers(p)}
-            for p in self.players
+            {"name": p.name, "params": [b.data for b in p.buffers], "buffers": _module_buffers(p)} for p in self.players
         ]
 
     def check_state_dict(self, state_dict: Any) -> None:
