@@ -10,9 +10,12 @@
   ``Jᵀv`` is one reverse pass over that graph. ``Jv`` is forward-over-reverse
   (dual tensors through the backward) where every op supports forward-mode AD,
   else the double-vjp trick.
-* During Jacobian products module buffers (BatchNorm running statistics) are
-  restored afterwards, scaled-dot-product attention uses the math backend and
+* During Jacobian products scaled-dot-product attention uses the math backend and
   mkldnn is off, since the fused CPU kernels have no double backward.
+* Every evaluation runs inside the step's :class:`~gameopt.evaluation.Evaluations`
+  (same random numbers, module buffers moved once); a re-evaluation with dual
+  tensors falls back to the double-vjp trick only where PyTorch reports an op
+  without a forward-mode formula, never on the user's errors.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from itertools import repeat
@@ -29,6 +33,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
+from .evaluation import Evaluations, LossError, split_losses
 from .layout import Entry, Vec
 
 if TYPE_CHECKING:
@@ -37,34 +42,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LossError(ValueError):
-    """The losses callable returned something that is not one scalar loss per player."""
-
-
-def evaluate_losses(game: Game, args: tuple, kwargs: dict) -> list[Tensor]:
-    """Call the game's losses and check that they are one scalar per player."""
-    out = game.losses(*args, **kwargs)
-    if isinstance(out, Tensor):
-        out = list(out.unbind()) if out.dim() == 1 else [out]
-    out = list(out)
-    n = len(game.players)
-    if len(out) != n:
-        raise LossError(f"losses returned {len(out)} values for {n} players")
-    for loss, player in zip(out, game.players):
-        if not isinstance(loss, Tensor) or loss.numel() != 1:
-            what = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
-            raise LossError(f"the loss of player {player.name!r} is not a scalar tensor (got {what})")
-    return out
+def evaluate_losses(game: Game, args: tuple, kwargs: dict) -> tuple[list[Tensor], dict[str, Any]]:
+    """Call the game's losses: one scalar per player (checked) and the metrics."""
+    return split_losses(game.losses(*args, **kwargs), [p.name for p in game.players])
 
 
 def _no_path(player_name: str) -> LossError:
     return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")
 
 
-def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> list[Tensor]:
+def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> tuple[list[Tensor], dict[str, Any]]:
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
-    detached losses. Other players' gradient buffers are left untouched."""
-    losses = evaluate_losses(game, args, kwargs)
+    detached losses and the metrics. Other players' gradient buffers are left untouched."""
+    losses, metrics = evaluate_losses(game, args, kwargs)
     last = len(which) - 1
     dst: list[Tensor] = []
     src: list[Tensor] = []
@@ -96,7 +86,7 @@ def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> 
             if k == last or pending >= _COPY_BATCH:
                 torch._foreach_copy_(dst, src)
                 dst, src, pending = [], [], 0
-    return [loss.detach().reshape(()) for loss in losses]
+    return [loss.detach().reshape(()) for loss in losses], metrics
 
 
 _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into the buffers
@@ -122,13 +112,11 @@ def _substituted(game: Game, values: dict[int, Tensor]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def jacobian_mode(game: Game) -> Iterator[None]:
-    """Module buffers (BatchNorm running statistics) unchanged afterwards, and
-    kernels with double backward: the math attention backend, and mkldnn off where
+    """Kernels with double backward: the math attention backend, and mkldnn off where
     a recurrent layer would use its (forward-AD-less) CPU kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     modules = game._modules()
-    saved = [(b, b.clone()) for m in modules for b in m.buffers()]
     rnn = any(isinstance(sub, torch.nn.RNNBase) for m in modules for sub in m.modules())
     mkldnn = torch._C._get_mkldnn_enabled()
     try:
@@ -138,10 +126,6 @@ def jacobian_mode(game: Game) -> Iterator[None]:
             yield
     finally:
         torch._C._set_mkldnn_enabled(mkldnn)
-        with torch.no_grad():
-            for b, copy in saved:
-                # through .data: the graph may have saved b, and must not see a version bump
-                b.data.copy_(copy)
 
 
 def _make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
@@ -177,8 +161,17 @@ class Linearization:
     H_o = J − D, the off-diagonal blocks.
     """
 
-    def __init__(self, game: Game, args: tuple, kwargs: dict, tangent: Vec | None = None, average: bool = True) -> None:
+    def __init__(
+        self,
+        game: Game,
+        args: tuple,
+        kwargs: dict,
+        evaluations: Evaluations,
+        tangent: Vec | None = None,
+        average: bool = True,
+    ) -> None:
         self.game, self.args, self.kwargs = game, args, kwargs
+        self.evaluations = evaluations
         self._mean = game._mean_
         layout = game.layout
         self.layout = layout
@@ -196,7 +189,7 @@ class Linearization:
             else:
                 self.inputs.append(list(e.buffer.params))
         with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
-            self.losses = evaluate_losses(game, args, kwargs)
+            self.losses, self.metrics = evaluate_losses(game, args, kwargs)
             self.pieces: list[Tensor] = [torch.empty(0)] * len(layout.entries)  # per entry: differentiable ξ
             for i, player in enumerate(game.players):
                 if self.losses[i].grad_fn is None:
@@ -352,11 +345,16 @@ class Linearization:
         game = self.game
         if self.functional and game._forward_mode_ok:
             try:
-                with fwAD.dual_level():
-                    dual = Linearization(game, self.args, self.kwargs, tangent=v, average=False)
+                # the same random numbers as ξ's evaluation; buffers left as they are
+                with self.evaluations(plain=False), fwAD.dual_level():
+                    dual = Linearization(game, self.args, self.kwargs, self.evaluations, tangent=v, average=False)
                     tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
                 return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
-            except (RuntimeError, NotImplementedError) as err:
+            except NotImplementedError as err:
+                # only PyTorch's own "no forward AD formula for this op": anything else
+                # (the user's errors included) propagates
+                if not _NO_FORWARD_AD.search(str(err)):
+                    raise
                 log.info("forward-mode AD unavailable (%s); using double backward for Jv", err)
                 game._forward_mode_ok = False
         return self._jvp_double_backward(v)
@@ -393,6 +391,9 @@ class Linearization:
         return self._mean(self._jvp_double_backward(v))
 
 
-def linearize(game: Game, args: tuple, kwargs: dict[str, Any]) -> Linearization:
+_NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
+
+
+def linearize(game: Game, args: tuple, kwargs: dict[str, Any], evaluations: Evaluations) -> Linearization:
     """ξ with its graph at the current point (the game checks finiteness)."""
-    return Linearization(game, args, kwargs)
+    return Linearization(game, args, kwargs, evaluations)

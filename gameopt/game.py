@@ -16,6 +16,7 @@ from . import autodiff
 from .algorithms.base import Algorithm, _check_like, _clone, check_number, tensors_in
 from .buffer import links_intact
 from .distributed import DataParallel
+from .evaluation import Evaluations, StepLosses
 from .layout import JointLayout, Vec, VecPool, all_finite
 from .player import Player
 
@@ -53,6 +54,7 @@ class Oracle:
     def __init__(self, game: Game, args: tuple, kwargs: dict) -> None:
         self.game, self.args, self.kwargs = game, args, kwargs
         self.layout = game.layout
+        self.evaluations = game._evaluations()  # same random numbers; buffers move once
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
         self._all_losses: list[Sequence[Tensor]] = []
         self.empty = game._pool.take  # a pool vector (contents undefined); see VecPool
@@ -76,14 +78,20 @@ class Oracle:
         ξ is not checked here: :meth:`Game.step` checks the update and the new state,
         which every ξ flows into. A point is checked before anything runs there."""
         which = range(self.num_players) if players is None else players
-        with self.game._at(at, along, lambda: self.where("a point to evaluate at")), self.game._together():
-            losses = autodiff.first_order(self.game, list(which), self.args, self.kwargs)
-        self._seen(losses)
+        with (
+            self.game._at(at, along, lambda: self.where("a point to evaluate at")),
+            self.game._together(),
+            self.evaluations(plain=at is None and along is None) as own,
+        ):
+            losses, metrics = autodiff.first_order(self.game, list(which), self.args, self.kwargs)
+        self._seen(losses, metrics if own else None)
         return self.game._mean_(self.layout.grad)
 
-    def _seen(self, losses: Sequence[Tensor]) -> None:
+    def _seen(self, losses: Sequence[Tensor], metrics: dict[str, Any] | None) -> None:
         if self.losses is None:
             self.losses = tuple(losses)
+        if metrics is not None:
+            self.evaluations.keep_metrics(metrics)
         self._all_losses.append(losses)
 
     def linearize(self, at: Vec | None = None, check: bool = True) -> autodiff.Linearization:
@@ -94,9 +102,9 @@ class Oracle:
         check of the update in :meth:`Game.step` covers ξ then. A data-parallel
         game always checks: a rank that failed takes part in no later collective,
         so every rank must stop here together."""
-        with self.game._at(at), self.game._together():
-            lin = autodiff.linearize(self.game, self.args, self.kwargs)
-        self._seen([l.detach() for l in lin.losses])
+        with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
+            lin = autodiff.linearize(self.game, self.args, self.kwargs, self.evaluations)
+        self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))
         return lin
@@ -296,17 +304,27 @@ class Game:
     @_autograd_on
     def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
-        (a tuple of tensors for a player with several dtype/device groups)."""
+        (a tuple of tensors for a player with several dtype/device groups).
+
+        Like every product below, it leaves module buffers (BatchNorm running
+        statistics) and the global random generators as they were: only
+        :meth:`step` moves them, once per step."""
         self._sync()
-        with self._together():
+        with self._together(), self._evaluations()(plain=False):
             autodiff.first_order(self, range(len(self.players)), args, kwargs)
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
+
+    def _evaluations(self) -> Evaluations:
+        devices = [key[0] for key in self.layout.keys]
+        return Evaluations(self._modules(), devices)
 
     @_autograd_on
     def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
         self._sync()
-        return autodiff.linearize(self, args, kwargs)
+        evaluations = self._evaluations()
+        with evaluations(plain=False):
+            return autodiff.linearize(self, args, kwargs, evaluations)
 
     def jacobian_operator(self, *args: Any, **kwargs: Any) -> Any:
         """J at the current point as a ``scipy.sparse.linalg.LinearOperator`` (see
@@ -320,30 +338,35 @@ class Game:
         """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()
         vec = self.layout.from_per_player(v)
-        return self.layout.per_player(autodiff.linearize(self, args, kwargs).jvp(vec))
+        return self.layout.per_player(self.linearize(*args, **kwargs).jvp(vec))
 
     @_autograd_on
     def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()
         vec = self.layout.from_per_player(v)
-        return self.layout.per_player(autodiff.linearize(self, args, kwargs).vjp(vec))
+        return self.layout.per_player(self.linearize(*args, **kwargs).vjp(vec))
 
     # ------------------------------------------------------------------ step
     @_autograd_on
-    def step(self, *args: Any, **kwargs: Any) -> tuple[Tensor, ...]:
-        """One step of the algorithm. Arguments are passed on to ``losses``.
+    def step(self, *args: Any, **kwargs: Any) -> StepLosses:
+        """One step of the algorithm. Arguments are passed on to ``losses`` (or to
+        each player's own ``loss=``), in every evaluation of the step.
 
-        Returns the players' losses at the start of the step (detached 0-d tensors).
-        The players' gradient buffers (``.grad``) serve as scratch space during a
-        step; read ξ with :meth:`vector_field`.
+        Returns the players' losses at the start of the step (a tuple of detached
+        0-d tensors), with the metrics the losses returned beside them in
+        ``.metrics`` (see :mod:`gameopt.evaluation`). The players' gradient buffers
+        (``.grad``) serve as scratch space during a step; read ξ with
+        :meth:`vector_field`.
         Raises :class:`NonFiniteError` (nothing changed) when a vector field or the
-        update is not finite, unless ``on_nonfinite="skip"``.
+        update is not finite, unless ``on_nonfinite="skip"``. Any error leaves the
+        parameters, the algorithm state and the module buffers as they were.
         """
         self._sync()
         oracle = Oracle(self, args, kwargs)
         old = self.algorithm.algo_state
         kept = old
+        buffers = [(b, b.clone()) for m in self._modules() for b in m.buffers()]
         try:
             delta, new_state = self.algorithm.step(oracle)
             if not all_finite(_unchecked(delta, new_state, old)):
@@ -351,18 +374,21 @@ class Game:
             with torch.no_grad():
                 torch._foreach_add_(self.layout.data, delta)
             self.algorithm.algo_state = kept = new_state
-        except NonFiniteError:
-            if self.on_nonfinite == "raise":
+        except BaseException as err:
+            with torch.no_grad():
+                for b, copy in buffers:
+                    b.data.copy_(copy)
+            if not isinstance(err, NonFiniteError) or self.on_nonfinite == "raise":
                 raise
             self.skipped_steps += 1
             log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
-            return oracle.losses if oracle.losses is not None else ()
+            return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
         finally:
             self._pool.recycle(tensors_in(kept))
         self._steps += 1
         if self.check_replicas_every and self._steps % self.check_replicas_every == 0:
             self.check_replicas()
-        return oracle.losses if oracle.losses is not None else ()
+        return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,117 @@
+"""What the evaluations of a game's losses within one step share.
+
+An algorithm may evaluate the losses several times in one step: at an
+extrapolated point (extragradient), at the point left by earlier players
+(alternating GD), again with dual tensors for a forward-mode Jacobian product.
+The rules, the same for every algorithm:
+
+* **Random numbers.** Every evaluation sees the random numbers of the first: the
+  global generators (CPU, and CUDA on the players' devices) are put back to their
+  state at the start of the step before each further evaluation, and after the
+  step they stand where one evaluation would have left them. Dropout masks and
+  noise drawn inside the losses therefore agree between ξ and its Jacobian
+  products. (A ``torch.Generator`` of the user's own is not touched.)
+* **Module buffers** (BatchNorm running statistics) move once per step, exactly as
+  under one plain evaluation at the step's starting point; every other evaluation
+  leaves them as they were.
+* **Metrics.** The losses callable returns one scalar per player, optionally
+  followed by a dict of metrics (``return g_loss, d_loss, {"D(x)": dx}``). The
+  metrics of the evaluation at the step's starting point are handed back by
+  :meth:`Game.step` (``game.step(...).metrics``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+class LossError(ValueError):
+    """The losses callable returned something that is not one scalar loss per player."""
+
+
+class StepLosses(tuple):
+    """The players' losses at the start of a step (a tuple: ``g, d = game.step()``),
+    with the metrics the losses returned beside them in :attr:`metrics`."""
+
+    metrics: dict[str, Any]
+
+    def __new__(cls, losses: Sequence[Tensor], metrics: dict[str, Any] | None = None) -> StepLosses:
+        out = super().__new__(cls, losses)
+        out.metrics = dict(metrics or {})
+        return out
+
+
+def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], dict[str, Any]]:
+    """One scalar loss per player (named ``names``) and the optional metrics dict."""
+    metrics: dict[str, Any] = {}
+    if isinstance(out, Tensor):
+        out = list(out.unbind()) if out.dim() == 1 else [out]
+    out = list(out)
+    if len(out) == len(names) + 1 and isinstance(out[-1], dict):
+        metrics = out.pop()
+    if len(out) != len(names):
+        raise LossError(
+            f"losses returned {len(out)} values for {len(names)} players "
+            "(return one scalar per player, optionally followed by a dict of metrics)"
+        )
+    for loss, name in zip(out, names):
+        if not isinstance(loss, Tensor) or loss.numel() != 1:
+            what = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
+            raise LossError(f"the loss of player {name!r} is not a scalar tensor (got {what})")
+    return out, metrics
+
+
+def _detached(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.detach() if isinstance(v, Tensor) else v for k, v in metrics.items()}
+
+
+class Evaluations:
+    """The evaluations of the losses within one step: see the module docstring.
+
+    Wrap each evaluation in ``with evaluations(plain):`` where ``plain`` says it is
+    at the step's starting point; the first plain one is the step's own.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module], devices: Sequence[torch.device]) -> None:
+        self._modules = list(modules)
+        self._cuda = sorted({d for d in devices if d.type == "cuda"}, key=str)
+        self._start = self._rng()
+        self._plain_done = False
+        self.metrics: dict[str, Any] = {}
+
+    def _rng(self) -> tuple[Tensor, list[Tensor]]:
+        return torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in self._cuda]
+
+    def _set_rng(self, state: tuple[Tensor, list[Tensor]]) -> None:
+        torch.set_rng_state(state[0])
+        for d, s in zip(self._cuda, state[1]):
+            torch.cuda.set_rng_state(s, d)
+
+    @contextlib.contextmanager
+    def __call__(self, plain: bool) -> Iterator[bool]:
+        """Yields True for the step's own evaluation (buffers move, the generators
+        advance, its metrics are kept); any other sees the step's first random
+        numbers and leaves buffers and generators as they were."""
+        if plain and not self._plain_done:
+            yield True
+            self._plain_done = True
+            return
+        now = self._rng()
+        saved = [(b, b.clone()) for m in self._modules for b in m.buffers()]
+        self._set_rng(self._start)
+        try:
+            yield False
+        finally:
+            self._set_rng(now)
+            with torch.no_grad():
+                for b, copy in saved:
+                    # through .data: a kept graph may have saved b and must not see a version bump
+                    b.data.copy_(copy)
+
+    def keep_metrics(self, metrics: dict[str, Any]) -> None:
+        self.metrics = _detached(metrics)

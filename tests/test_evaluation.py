@@ -1,0 +1,202 @@
+"""One rule for every algorithm: within a step, every evaluation of the losses sees
+the same random numbers, module buffers move once (as under one plain evaluation
+at the step's start), errors from the losses propagate with nothing changed, and
+metrics returned beside the losses come back from ``step``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import gameopt
+
+ALGORITHMS = {
+    "SimGD": lambda: gameopt.SimGD(0.01),
+    "AltGD": lambda: gameopt.AltGD(0.01),
+    "Extragradient": lambda: gameopt.Extragradient(0.01, update=gameopt.Adam()),
+    "Optimistic": lambda: gameopt.Optimistic(0.01),
+    "HamiltonianGD": lambda: gameopt.HamiltonianGD(0.01),
+    "Consensus": lambda: gameopt.ConsensusOptimization(0.01, gamma=0.5),
+    "SGA": lambda: gameopt.SGA(0.01),
+    "CGD": lambda: gameopt.CGD(0.01, maxiter=5),
+    "ACGD": lambda: gameopt.ACGD(0.01, maxiter=5),
+    "LA": lambda: gameopt.LA(0.01, alpha=0.3),
+    "LOLA": lambda: gameopt.LOLA(0.01, alpha=0.3),
+    "SOS": lambda: gameopt.SOS(0.01, alpha=0.3),
+    "Lookahead-EG": lambda: gameopt.Lookahead(gameopt.Extragradient(0.01), k=1),
+}
+
+
+class Generator(nn.Module):
+    """The PyTorch examples' DCGAN generator, shrunk to 8x8 images."""
+
+    def __init__(self, nz: int = 4) -> None:
+        super().__init__()
+        self.main = nn.Sequential(
+            nn.ConvTranspose2d(nz, 8, 4, 1, 0, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(8, 1, 4, 2, 1, bias=False),
+            nn.Tanh(),
+        )
+
+    def forward(self, z):
+        return self.main(z)
+
+
+class Discriminator(nn.Module):
+    """The PyTorch examples' DCGAN discriminator, shrunk to 8x8 images, with dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main = nn.Sequential(
+            nn.Conv2d(1, 4, 4, 2, 1, bias=False),
+            nn.LeakyReLU(0.2),
+            nn.Dropout(0.3),
+            nn.Conv2d(4, 8, 2, 2, 0, bias=False),
+            nn.BatchNorm2d(8),
+            nn.LeakyReLU(0.2),
+            nn.Conv2d(8, 1, 2, 1, 0, bias=False),
+            nn.Sigmoid(),
+        )
+
+    def forward(self, x):
+        return self.main(x).view(-1)
+
+
+def _losses_for(gen, disc, real, draws):
+    bce = nn.BCELoss()
+
+    def losses():
+        z = torch.randn(6, 4, 1, 1, dtype=torch.float64)  # noise drawn inside the losses
+        draws.append(z)
+        d_real, d_fake = disc(real), disc(gen(z))
+        f = bce(d_real, torch.ones_like(d_real)) + bce(d_fake, torch.zeros_like(d_fake))
+        return -f, f, {"D(x)": d_real.mean(), "D(G(z))": d_fake.mean()}  # zero-sum, with metrics
+
+    return losses
+
+
+def _dcgan(seed: int = 0):
+    torch.manual_seed(seed)
+    gen, disc = Generator().double(), Discriminator().double()
+    real = torch.rand(6, 1, 8, 8, dtype=torch.float64) * 2 - 1
+    draws: list[torch.Tensor] = []
+    return gen, disc, _losses_for(gen, disc, real, draws), draws, real
+
+
+def _buffers(*modules):
+    return [b.clone() for m in modules for b in m.buffers()]
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_buffers_move_once_per_step_and_every_evaluation_sees_the_same_noise(name) -> None:
+    gen, disc, losses, draws, real = _dcgan()
+    game = gameopt.Game([gen, disc], losses, algorithm=ALGORITHMS[name]())
+    for _ in range(2):
+        # the reference: one plain evaluation of copies at the step's starting point
+        ref_gen, ref_disc = copy.deepcopy(gen), copy.deepcopy(disc)
+        rng = torch.get_rng_state()
+        ref_losses = _losses_for(ref_gen, ref_disc, real, [])()
+        after_one = torch.rand(3, dtype=torch.float64)  # where the generator stands after one evaluation
+        torch.set_rng_state(rng)
+        draws.clear()
+        out = game.step()
+        assert len(draws) >= 1
+        assert all(torch.equal(z, draws[0]) for z in draws), "evaluations of one step drew different noise"
+        for a, b in zip(_buffers(gen, disc), _buffers(ref_gen, ref_disc)):
+            assert torch.equal(a, b)
+        assert torch.equal(torch.rand(3, dtype=torch.float64), after_one)
+        assert torch.equal(out[1], ref_losses[1].detach())
+        assert set(out.metrics) == {"D(x)", "D(G(z))"}
+        assert torch.equal(out.metrics["D(G(z))"], ref_losses[2]["D(G(z))"].detach())
+
+
+def test_sga_forward_mode_product_sees_the_same_dropout_mask_as_xi() -> None:
+    """Forward-over-reverse Jv re-evaluates the losses; with the same random numbers
+    it equals the double-backward product on the one kept graph."""
+    steps = {}
+    for forward_mode in (True, False):
+        gen, disc, losses, _, _ = _dcgan(seed=1)
+        game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SGA(0.05))
+        game._forward_mode_ok = forward_mode
+        game.step()
+        steps[forward_mode] = [t.clone() for t in game.layout.data]
+    for a, b in zip(steps[True], steps[False]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name", ["Extragradient", "AltGD", "SGA", "Lookahead-EG", "Optimistic", "CGD"])
+@pytest.mark.parametrize("call", [1, 2])
+def test_an_error_in_any_evaluation_propagates_and_changes_nothing(name, call) -> None:
+    gen, disc, losses, _, _ = _dcgan()
+    calls = {"n": 0, "armed": False}
+
+    def failing():
+        calls["n"] += 1
+        if calls["armed"] and calls["n"] == call:
+            raise Boom("the user's losses failed")
+        return losses()
+
+    game = gameopt.Game([gen, disc], failing, algorithm=ALGORITHMS[name]())
+    game.step()
+    before = game.state_dict()
+    rng = torch.get_rng_state()
+    calls.update(n=0, armed=True)
+    try:
+        game.step()
+    except Boom:
+        pass
+    else:
+        assert calls["n"] < call, "the failing evaluation ran but its error did not surface"
+        return
+    after = game.state_dict()
+    assert torch.equal(torch.get_rng_state(), rng) or call == 2
+    _same(after, before)
+    assert game._forward_mode_ok
+
+
+def _same(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+def test_players_own_losses_receive_the_step_arguments() -> None:
+    torch.manual_seed(0)
+    a, b = nn.Linear(2, 1).double(), nn.Linear(2, 1).double()
+    seen = []
+
+    def loss_a(x, scale=1.0):
+        seen.append((x, scale))
+        return scale * (a(x) * b(x).detach()).mean()
+
+    game = gameopt.Game(
+        [gameopt.Player(a, loss=loss_a), gameopt.Player(b, loss=lambda x, scale=1.0: -(a(x).detach() * b(x)).mean())]
+    )
+    x = torch.randn(5, 2, dtype=torch.float64)
+    out = game.step(x, scale=2.0)
+    assert seen[0][0] is x and seen[0][1] == 2.0
+    assert out.metrics == {} and len(out) == 2
+
+
+def test_losses_with_a_wrong_number_of_values_say_the_convention() -> None:
+    gen, disc, losses, _, _ = _dcgan()
+    game = gameopt.Game([gen, disc], lambda: (*losses()[:2], 1.0, 2.0))
+    with pytest.raises(ValueError, match="optionally followed by a dict of metrics"):
+        game.step()
