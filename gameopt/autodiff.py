@@ -25,7 +25,7 @@ import logging
 import operator
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +42,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def evaluate_losses(game: Game, args: tuple, kwargs: dict) -> tuple[list[Tensor], dict[str, Any]]:
-    """Call the game's losses: one scalar per player (checked) and the metrics."""
-    return split_losses(game.losses(*args, **kwargs), [p.name for p in game.players])
+def evaluate_losses(game: Game, closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
+    """Evaluate the losses (``closure()``): one scalar per player (checked) and the metrics."""
+    return split_losses(closure(), [p.name for p in game.players])
 
 
 def _no_path(player_name: str) -> LossError:
     return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")
 
 
-def first_order(game: Game, which: Sequence[int], args: tuple, kwargs: dict) -> tuple[list[Tensor], dict[str, Any]]:
+def first_order(game: Game, which: Sequence[int], closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
     detached losses and the metrics. Other players' gradient buffers are left untouched."""
-    losses, metrics = evaluate_losses(game, args, kwargs)
+    losses, metrics = evaluate_losses(game, closure)
     last = len(which) - 1
     dst: list[Tensor] = []
     src: list[Tensor] = []
@@ -164,13 +164,12 @@ class Linearization:
     def __init__(
         self,
         game: Game,
-        args: tuple,
-        kwargs: dict,
+        closure: Callable[[], Any],
         evaluations: Evaluations,
         tangent: Vec | None = None,
         average: bool = True,
     ) -> None:
-        self.game, self.args, self.kwargs = game, args, kwargs
+        self.game, self.closure = game, closure
         self.evaluations = evaluations
         self._mean = game._mean_
         layout = game.layout
@@ -189,7 +188,7 @@ class Linearization:
             else:
                 self.inputs.append(list(e.buffer.params))
         with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
-            self.losses, self.metrics = evaluate_losses(game, args, kwargs)
+            self.losses, self.metrics = evaluate_losses(game, closure)
             self.pieces: list[Tensor] = [torch.empty(0)] * len(layout.entries)  # per entry: differentiable ξ
             for i, player in enumerate(game.players):
                 if self.losses[i].grad_fn is None:
@@ -347,7 +346,7 @@ class Linearization:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
                 with self.evaluations(plain=False), fwAD.dual_level():
-                    dual = Linearization(game, self.args, self.kwargs, self.evaluations, tangent=v, average=False)
+                    dual = Linearization(game, self.closure, self.evaluations, tangent=v, average=False)
                     tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
                 return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
             except NotImplementedError as err:
@@ -394,6 +393,6 @@ class Linearization:
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
-def linearize(game: Game, args: tuple, kwargs: dict[str, Any], evaluations: Evaluations) -> Linearization:
+def linearize(game: Game, closure: Callable[[], Any], evaluations: Evaluations) -> Linearization:
     """ξ with its graph at the current point (the game checks finiteness)."""
-    return Linearization(game, args, kwargs, evaluations)
+    return Linearization(game, closure, evaluations)

@@ -51,8 +51,8 @@ class Oracle:
     every point is checked before anything is evaluated there.
     """
 
-    def __init__(self, game: Game, args: tuple, kwargs: dict) -> None:
-        self.game, self.args, self.kwargs = game, args, kwargs
+    def __init__(self, game: Game, closure: Callable[[], Any]) -> None:
+        self.game, self.closure = game, closure  # closure(): the losses at the current point
         self.layout = game.layout
         self.evaluations = game._evaluations()  # same random numbers; buffers move once
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
@@ -83,7 +83,7 @@ class Oracle:
             self.game._together(),
             self.evaluations(plain=at is None and along is None) as own,
         ):
-            losses, metrics = autodiff.first_order(self.game, list(which), self.args, self.kwargs)
+            losses, metrics = autodiff.first_order(self.game, list(which), self.closure)
         self._seen(losses, metrics if own else None)
         return self.game._mean_(self.layout.grad)
 
@@ -103,7 +103,7 @@ class Oracle:
         game always checks: a rank that failed takes part in no later collective,
         so every rank must stop here together."""
         with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
-            lin = autodiff.linearize(self.game, self.args, self.kwargs, self.evaluations)
+            lin = autodiff.linearize(self.game, self.closure, self.evaluations)
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))
@@ -311,7 +311,7 @@ class Game:
         :meth:`step` moves them, once per step."""
         self._sync()
         with self._together(), self._evaluations()(plain=False):
-            autodiff.first_order(self, range(len(self.players)), args, kwargs)
+            autodiff.first_order(self, range(len(self.players)), functools.partial(self.losses, *args, **kwargs))
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
 
     def _evaluations(self) -> Evaluations:
@@ -324,7 +324,7 @@ class Game:
         self._sync()
         evaluations = self._evaluations()
         with evaluations(plain=False):
-            return autodiff.linearize(self, args, kwargs, evaluations)
+            return autodiff.linearize(self, functools.partial(self.losses, *args, **kwargs), evaluations)
 
     def jacobian_operator(self, *args: Any, **kwargs: Any) -> Any:
         """J at the current point as a ``scipy.sparse.linalg.LinearOperator`` (see
@@ -348,7 +348,6 @@ class Game:
         return self.layout.per_player(self.linearize(*args, **kwargs).vjp(vec))
 
     # ------------------------------------------------------------------ step
-    @_autograd_on
     def step(self, *args: Any, **kwargs: Any) -> StepLosses:
         """One step of the algorithm. Arguments are passed on to ``losses`` (or to
         each player's own ``loss=``), in every evaluation of the step.
@@ -361,14 +360,24 @@ class Game:
         Raises :class:`NonFiniteError` (nothing changed) when a vector field or the
         update is not finite, unless ``on_nonfinite="skip"``. Any error leaves the
         parameters, the algorithm state and the module buffers as they were.
+
+        Same as ``game.algorithm.step(closure)`` with the losses bound to these
+        arguments: a step goes through ``torch.optim.Optimizer.step`` (its hooks,
+        and the learning-rate schedulers' step count).
         """
+        return self.algorithm.step(functools.partial(self.losses, *args, **kwargs))
+
+    @_autograd_on
+    def step_closure(self, closure: Callable[[], Any]) -> StepLosses:
+        """The step itself, with the losses evaluated by ``closure()`` (no arguments);
+        what ``game.algorithm.step(closure)`` runs. Prefer :meth:`step`."""
         self._sync()
-        oracle = Oracle(self, args, kwargs)
+        oracle = Oracle(self, closure)
         old = self.algorithm.algo_state
         kept = old
         buffers = [(b, b.clone()) for m in self._modules() for b in m.buffers()]
         try:
-            delta, new_state = self.algorithm.step(oracle)
+            delta, new_state = self.algorithm.update(oracle, old)
             if not all_finite(_unchecked(delta, new_state, old)):
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
             with torch.no_grad():

@@ -4,7 +4,7 @@ groups, explicit state, and the (step, new state) contract."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -129,9 +129,19 @@ class Algorithm(torch.optim.Optimizer):
         """
         raise NotImplementedError
 
-    def step(self, oracle: Oracle) -> tuple[Vec, State]:  # type: ignore[override]
-        """Called by :meth:`Game.step`; same as :meth:`update` on the current state."""
-        return self.update(oracle, self.algo_state)
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """``torch.optim.Optimizer``'s contract: one step of the bound game.
+
+        ``closure`` (optional) re-evaluates the model and returns the losses, one per
+        player (optionally followed by a dict of metrics), as ``Game``'s ``losses``
+        does: the algorithm calls it as many times as it evaluates (twice for
+        extragradient), like ``LBFGS`` calls its closure. Without it, the game's
+        own losses are used with no arguments. Returns ``game.step``'s losses. This
+        is what Lightning's manual optimization calls (``opt.step(closure=...)``).
+        """
+        if self.game is None:
+            raise RuntimeError(f"{type(self).__name__} is not part of a game yet: pass it to gameopt.Game(...)")
+        return self.game.step_closure(self.game.losses if closure is None else closure)
 
     # --------------------------------------------------------------- helpers
     def descend(self, oracle: Oracle, d: Vec, rule_state: State, scratch: bool = False) -> tuple[Vec, State]:
