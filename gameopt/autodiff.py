@@ -51,10 +51,16 @@ def _no_path(player_name: str) -> LossError:
     return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")
 
 
-def first_order(game: Game, which: Sequence[int], closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
+def first_order(
+    game: Game, which: Sequence[int], closure: Callable[[], Any], scale: float = 1.0
+) -> tuple[list[Tensor], dict[str, Any]]:
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
-    detached losses and the metrics. Other players' gradient buffers are left untouched."""
+    detached losses and the metrics. Other players' gradient buffers are left untouched.
+    With ``scale`` (loss scaling), the losses are differentiated times ``scale`` and
+    the gradients divided by it (an overflow shows as a non-finite ξ)."""
     losses, metrics = evaluate_losses(game, closure)
+    if scale != 1.0:
+        losses = [loss * scale for loss in losses]
     last = len(which) - 1
     dst: list[Tensor] = []
     src: list[Tensor] = []
@@ -85,8 +91,10 @@ def first_order(game: Game, which: Sequence[int], closure: Callable[[], Any]) ->
             pending += player.numel
             if k == last or pending >= _COPY_BATCH:
                 torch._foreach_copy_(dst, src)
+                if scale != 1.0:
+                    torch._foreach_div_(dst, scale)
                 dst, src, pending = [], [], 0
-    return [loss.detach().reshape(()) for loss in losses], metrics
+    return [(loss.detach() / scale).reshape(()) for loss in losses], metrics
 
 
 _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into the buffers
@@ -168,8 +176,9 @@ class Linearization:
         evaluations: Evaluations,
         tangent: Vec | None = None,
         average: bool = True,
+        scale: float = 1.0,
     ) -> None:
-        self.game, self.closure = game, closure
+        self.game, self.closure, self.scale = game, closure, scale
         self.evaluations = evaluations
         self._mean = game._mean_
         layout = game.layout
@@ -194,10 +203,13 @@ class Linearization:
                 if self.losses[i].grad_fn is None:
                     raise _no_path(player.name)
                 # forward-over-reverse (a tangent) needs no graph of the backward itself
-                grads = self._grad([self.losses[i]], None, self.entries_of[i], create_graph=tangent is None)
+                loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
+                grads = self._grad([loss], None, self.entries_of[i], create_graph=tangent is None)
                 if all(g is None for g in grads.values()):
                     raise _no_path(player.name)
                 for k, g in grads.items():
+                    if g is not None and scale != 1.0:
+                        g = g / scale  # loss scaling: every product below is unscaled
                     self.pieces[k] = self._zeros(k) if g is None else g
         self.xi = self._to_vec({k: p.detach() for k, p in enumerate(self.pieces)})
         if average:
@@ -346,7 +358,9 @@ class Linearization:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
                 with self.evaluations(plain=False), fwAD.dual_level():
-                    dual = Linearization(game, self.closure, self.evaluations, tangent=v, average=False)
+                    dual = Linearization(
+                        game, self.closure, self.evaluations, tangent=v, average=False, scale=self.scale
+                    )
                     tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
                 return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
             except NotImplementedError as err:
@@ -393,6 +407,6 @@ class Linearization:
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
-def linearize(game: Game, closure: Callable[[], Any], evaluations: Evaluations) -> Linearization:
+def linearize(game: Game, closure: Callable[[], Any], evaluations: Evaluations, scale: float = 1.0) -> Linearization:
     """ξ with its graph at the current point (the game checks finiteness)."""
-    return Linearization(game, closure, evaluations)
+    return Linearization(game, closure, evaluations, scale=scale)

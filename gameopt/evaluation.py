@@ -115,3 +115,54 @@ class Evaluations:
 
     def keep_metrics(self, metrics: dict[str, Any]) -> None:
         self.metrics = _detached(metrics)
+
+
+class DynamicLossScale:
+    """Dynamic loss scaling for float16 games (the scheme of ``torch.amp.GradScaler``).
+
+    Each evaluation differentiates the losses times ``scale`` and divides every
+    derivative (ξ, Jv, Jᵀv, …) by it, so small float16 gradients do not flush to
+    zero. A step whose scaled derivatives overflow (a non-finite ξ or update) is
+    skipped with nothing changed and the scale is multiplied by ``backoff``; after
+    ``growth_interval`` good steps in a row it is multiplied by ``growth``. Powers of
+    two keep the unscaling exact. The scale and the count live in the game's
+    ``state_dict``. With bfloat16 (``torch.autocast(dtype=torch.bfloat16)``) no
+    scaling is needed: prefer it where the hardware has it.
+
+    Args:
+        init_scale: the first scale.
+        growth: factor after ``growth_interval`` good steps (> 1).
+        backoff: factor after an overflow (in (0, 1)).
+        growth_interval: good steps in a row before growing.
+    """
+
+    def __init__(
+        self, init_scale: float = 2.0**16, growth: float = 2.0, backoff: float = 0.5, growth_interval: int = 2000
+    ) -> None:
+        from .algorithms.base import check_number
+
+        self.scale = check_number("init_scale", init_scale, low=0.0, low_open=True)
+        self.growth = check_number("growth", growth, low=1.0, low_open=True)
+        self.backoff = check_number("backoff", backoff, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.growth_interval = check_number("growth_interval", growth_interval, low=1, integer=True)
+        self.good_steps = 0
+
+    def update(self, finite: bool) -> None:
+        """After a step: back off on overflow, grow after enough good steps."""
+        if not finite:
+            self.scale *= self.backoff
+            self.good_steps = 0
+            return
+        self.good_steps += 1
+        if self.good_steps == self.growth_interval:
+            self.scale *= self.growth
+            self.good_steps = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scale": self.scale, "good_steps": self.good_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scale, self.good_steps = float(state["scale"]), int(state["good_steps"])
+
+    def __repr__(self) -> str:
+        return f"DynamicLossScale(scale={self.scale}, good_steps={self.good_steps})"

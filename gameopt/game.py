@@ -16,7 +16,7 @@ from . import autodiff
 from .algorithms.base import Algorithm, _check_like, _clone, check_number, tensors_in
 from .buffer import links_intact
 from .distributed import DataParallel
-from .evaluation import Evaluations, StepLosses
+from .evaluation import DynamicLossScale, Evaluations, StepLosses
 from .layout import JointLayout, Vec, VecPool, all_finite
 from .player import Player
 
@@ -55,6 +55,7 @@ class Oracle:
         self.game, self.closure = game, closure  # closure(): the losses at the current point
         self.layout = game.layout
         self.evaluations = game._evaluations()  # same random numbers; buffers move once
+        self.scale = game.loss_scale.scale if game.loss_scale is not None else 1.0
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
         self._all_losses: list[Sequence[Tensor]] = []
         self.empty = game._pool.take  # a pool vector (contents undefined); see VecPool
@@ -83,7 +84,7 @@ class Oracle:
             self.game._together(),
             self.evaluations(plain=at is None and along is None) as own,
         ):
-            losses, metrics = autodiff.first_order(self.game, list(which), self.closure)
+            losses, metrics = autodiff.first_order(self.game, list(which), self.closure, self.scale)
         self._seen(losses, metrics if own else None)
         return self.game._mean_(self.layout.grad)
 
@@ -103,7 +104,7 @@ class Oracle:
         game always checks: a rank that failed takes part in no later collective,
         so every rank must stop here together."""
         with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
-            lin = autodiff.linearize(self.game, self.closure, self.evaluations)
+            lin = autodiff.linearize(self.game, self.closure, self.evaluations, self.scale)
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))
@@ -154,6 +155,8 @@ class Game:
             are not finite makes every rank refuse the step together.
         check_replicas_every: in a data-parallel game, check every this many steps
             that the ranks' parameters are still identical (0: never).
+        loss_scale: a :class:`~gameopt.DynamicLossScale` for float16 players: steps
+            that overflow are skipped (nothing changed) and the scale backs off.
     """
 
     def __init__(
@@ -165,6 +168,7 @@ class Game:
         on_nonfinite: str = "raise",
         process_group: Any = None,
         check_replicas_every: int = 0,
+        loss_scale: DynamicLossScale | None = None,
     ) -> None:
         from .algorithms import SimGD
 
@@ -183,6 +187,9 @@ class Game:
         if on_nonfinite not in ("raise", "skip"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.on_nonfinite = on_nonfinite
+        if loss_scale is not None and not isinstance(loss_scale, DynamicLossScale):
+            raise TypeError(f"loss_scale must be a gameopt.DynamicLossScale, got {type(loss_scale).__name__}")
+        self.loss_scale = loss_scale
         self.skipped_steps = 0
         self._forward_mode_ok = True
         self.algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
@@ -387,13 +394,22 @@ class Game:
             with torch.no_grad():
                 for b, copy in buffers:
                     b.data.copy_(copy)
-            if not isinstance(err, NonFiniteError) or self.on_nonfinite == "raise":
+            if not isinstance(err, NonFiniteError):
+                raise
+            if self.loss_scale is not None:
+                self.loss_scale.update(finite=False)
+                self.skipped_steps += 1
+                log.info("overflow at loss scale %g: step skipped, scale now %g", oracle.scale, self.loss_scale.scale)
+                return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
+            if self.on_nonfinite == "raise":
                 raise
             self.skipped_steps += 1
             log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
             return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
         finally:
             self._pool.recycle(tensors_in(kept))
+        if self.loss_scale is not None:
+            self.loss_scale.update(finite=True)
         self._steps += 1
         if self.check_replicas_every and self._steps % self.check_replicas_every == 0:
             self.check_replicas()
@@ -409,6 +425,7 @@ class Game:
             "players": _clone(self._players_state()),
             "algorithm": self.algorithm.state_dict(),
             "skipped_steps": self.skipped_steps,
+            "loss_scale": None if self.loss_scale is None else self.loss_scale.state_dict(),
         }
 
     def _players_state(self) -> list[dict[str, Any]]:
@@ -423,7 +440,7 @@ class Game:
         self._sync()
         if not isinstance(state_dict, dict):
             raise ValueError(f"a game state_dict must be a dict, got {type(state_dict).__name__}")
-        missing = {"players", "algorithm", "skipped_steps"} - set(state_dict)
+        missing = {"players", "algorithm", "skipped_steps", "loss_scale"} - set(state_dict)
         if missing:
             raise ValueError(f"the state_dict lacks {sorted(missing)}")
         players = state_dict["players"]
@@ -438,6 +455,12 @@ class Game:
             _check_like(mine, saved, f"players[{k}]")
         self.algorithm.check_state_dict(state_dict["algorithm"])
         check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
+        mine_scale = None if self.loss_scale is None else self.loss_scale.state_dict()
+        if (mine_scale is None) != (state_dict["loss_scale"] is None):
+            raise ValueError("loss_scale: the checkpoint and the game differ in using a DynamicLossScale")
+        _check_like(mine_scale, state_dict["loss_scale"], "loss_scale")
+        if mine_scale is not None:
+            check_number("loss_scale.scale", state_dict["loss_scale"]["scale"], low=0.0, low_open=True)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`. Everything is checked before anything is
@@ -450,6 +473,8 @@ class Game:
                 for name, t in mine["buffers"].items():
                     t.copy_(saved["buffers"][name])
         self.skipped_steps = int(state_dict["skipped_steps"])
+        if self.loss_scale is not None:
+            self.loss_scale.load_state_dict(state_dict["loss_scale"])
 
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)

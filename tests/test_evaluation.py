@@ -200,3 +200,49 @@ def test_losses_with_a_wrong_number_of_values_say_the_convention() -> None:
     game = gameopt.Game([gen, disc], lambda: (*losses()[:2], 1.0, 2.0))
     with pytest.raises(ValueError, match="optionally followed by a dict of metrics"):
         game.step()
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: gameopt.SimGD(1e-3), lambda: gameopt.SGA(1e-3), lambda: gameopt.Extragradient(1e-3)]
+)
+def test_float16_dynamic_loss_scale_skips_overflows_backs_off_and_then_matches_unscaled_steps(make) -> None:
+    def build(loss_scale):
+        torch.manual_seed(0)
+        x = nn.Parameter(torch.randn(8).half())
+        y = nn.Parameter(torch.randn(8).half())
+        game = gameopt.Game(
+            [gameopt.Player([x]), gameopt.Player([y])],
+            lambda: (10 * (x * y).sum() + (x * x).sum(), -10 * (x * y).sum() + (y * y).sum()),
+            algorithm=make(),
+            loss_scale=loss_scale,
+        )
+        return x, y, game
+
+    x, y, game = build(gameopt.DynamicLossScale(init_scale=2.0**14, growth_interval=3))
+    x0, y0 = x.detach().clone(), y.detach().clone()
+    scales = []
+    while game.loss_scale.scale > 2.0**4:  # 10·|x|·2^k overflows float16 (65504) for large k
+        scales.append(game.loss_scale.scale)
+        game.step()
+        if game.skipped_steps == len(scales):  # skipped: nothing changed
+            assert torch.equal(x, x0) and torch.equal(y, y0)
+        else:
+            break
+    assert game.skipped_steps >= 1 and scales[0] == 2.0**14
+    assert game.loss_scale.scale == 2.0**14 * 0.5**game.skipped_steps
+    ref_x, ref_y, ref = build(None)
+    ref.step()
+    assert torch.equal(x, ref_x) and torch.equal(y, ref_y)  # power-of-two scaling is exact
+    for _ in range(2):
+        game.step()
+        ref.step()
+    assert torch.equal(x, ref_x) and torch.equal(y, ref_y)
+    assert game.loss_scale.scale == 2.0**14 * 0.5**game.skipped_steps * 2  # grew after 3 good steps
+    sd = game.state_dict()
+    assert sd["loss_scale"] == {"scale": game.loss_scale.scale, "good_steps": 0}
+
+
+def test_loss_scale_arguments_are_checked() -> None:
+    for kwargs in ({"init_scale": 0.0}, {"growth": 1.0}, {"backoff": 1.0}, {"growth_interval": 0}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            gameopt.DynamicLossScale(**kwargs)
