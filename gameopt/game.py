@@ -122,6 +122,21 @@ class Oracle:
             hint = " (on another rank: its losses failed or were not finite)"
         return f"{what} is not finite{hint}; the step was refused and nothing changed"
 
+    def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
+        """A new (pool) vector: the point reached from the current point (or ``at``)
+        by the step ``delta``, within the players' feasible sets (see :meth:`Game.move`)."""
+        return self.game.move(self.params if at is None else at, delta, out=self.empty())
+
+    def project_nonconvex_(self, vec: Vec) -> Vec:
+        """In place: project the parts of ``vec`` whose feasible set is not convex."""
+        self.game.project_(vec, nonconvex_only=True)
+        return vec
+
+    def delta_to(self, target: Vec) -> Vec:
+        """A new (pool) vector: the step whose move from the current point lands on
+        the feasible point ``target`` (see :meth:`Game.delta_to`)."""
+        return self.game.delta_to(self.params, target, out=self.empty())
+
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """A new (pool) vector: each player's part of ``vec`` times its factor."""
         return self.layout.scale_(vec, factors, out=self.empty())
@@ -199,6 +214,13 @@ class Game:
         self.check_replicas_every = int(check_replicas_every)
         self._steps = 0
         self._build_layout()
+        if self._constrained and not self.algorithm.first_order:
+            raise ValueError(
+                f"{type(self.algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
+                "constrained players need a first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
+            )
+        for what in self.project_(self.layout.data):
+            log.info("the starting point was outside its feasible set: projected %s", what)
         if self._parallel is not None:
             with torch.no_grad():
                 self._parallel.broadcast_(self.layout.data)
@@ -252,6 +274,13 @@ class Game:
         self._backup: Vec | None = None
         self._pool = VecPool(self.layout)
         self._watch = _Watch(self.players)
+        # (entry, parameter index in its buffer, constraint) for every constrained parameter
+        self._constrained = [
+            (e, k, c)
+            for e in self.layout.entries
+            for k, p in enumerate(e.buffer.params)
+            if (c := getattr(self.players[e.player], "constraints", {}).get(id(p))) is not None
+        ]
 
     def _unchanged(self) -> bool:
         """Nothing moved since the layout was built (one C-level pass over all parameters)."""
@@ -302,11 +331,69 @@ class Game:
                     torch._foreach_copy_(data, at)
                 else:
                     self.layout.add_scaled_(data, *along)  # type: ignore[misc]
+                    d, factors = along  # type: ignore[misc]
+                    for (e, k, c), w, step in zip(
+                        self._constrained, self._views(self._backup), self._views(d, scale=factors)
+                    ):
+                        self._param_view(data, e, k).copy_(c.step(w, step))
             if not all_finite(data):
                 raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
             yield
         finally:
             torch._foreach_copy_(data, self._backup)
+
+    # -------------------------------------------------------- feasible sets
+    def _param_view(self, vec: Vec, e: Any, k: int) -> Tensor:
+        return e.buffer.views(self.layout.entry_view(vec, e))[k]
+
+    def _views(self, vec: Vec, scale: Sequence[float] | None = None) -> list[Tensor]:
+        """The constrained parameters' views of ``vec`` (times their player's factor)."""
+        views = [self._param_view(vec, e, k) for e, k, _ in self._constrained]
+        if scale is None:
+            return views
+        return [v * scale[e.player] for v, (e, _, _) in zip(views, self._constrained)]
+
+    def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
+        """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
+        a constrained parameter its set's step (the projection ``P(w + delta)``, or
+        a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
+        The one place where a game forms a new point (see :mod:`gameopt.constraints`)."""
+        with torch.no_grad():
+            moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self._constrained, self._views(w), self._views(delta))]
+            for o, x, d in zip(out, w, delta):  # one tensor per (device, dtype) group
+                torch.add(x, d, out=o)
+            for (e, k, _), new in zip(self._constrained, moved):
+                self._param_view(out, e, k).copy_(new)
+        return out
+
+    def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
+        """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
+        ``target − w``, or the constraint's own (``log target − log w`` for the
+        entropic simplex)."""
+        with torch.no_grad():
+            steps = [
+                c.delta_to(wv, tv) if hasattr(c, "delta_to") else tv - wv
+                for (_, _, c), wv, tv in zip(self._constrained, self._views(w), self._views(target))
+            ]
+            for o, t, x in zip(out, target, w):
+                torch.sub(t, x, out=o)
+            for (e, k, _), step in zip(self._constrained, steps):
+                self._param_view(out, e, k).copy_(step)
+        return out
+
+    def project_(self, vec: Vec, nonconvex_only: bool = False) -> list[str]:
+        """In place: project each constrained parameter's part of ``vec`` onto its set
+        (with ``nonconvex_only``, only where the set is not convex); returns what moved."""
+        moved = []
+        with torch.no_grad():
+            for (e, k, c), w in zip(self._constrained, self._views(vec)):
+                if nonconvex_only and getattr(c, "convex", True):
+                    continue
+                p = c.project(w)
+                if not torch.equal(p, w):
+                    moved.append(f"parameter {k} of player {self.players[e.player].name!r} onto {c!r}")
+                    w.copy_(p)
+        return moved
 
     @_autograd_on
     def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
@@ -388,7 +475,7 @@ class Game:
             if not all_finite(_unchecked(delta, new_state, old)):
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
             with torch.no_grad():
-                torch._foreach_add_(self.layout.data, delta)
+                self.move(self.layout.data, delta, out=self.layout.data)
             self.algorithm.algo_state = kept = new_state
         except BaseException as err:
             with torch.no_grad():

@@ -81,6 +81,10 @@ class Algorithm(torch.optim.Optimizer):
     Subclasses implement :meth:`init_state` and :meth:`update`.
     """
 
+    #: only ξ is used (no Jacobian products): the algorithm has a projected or
+    #: mirror version on feasible sets (see :mod:`gameopt.constraints`)
+    first_order = True
+
     def __init__(self, lr: float | Sequence[float], update: UpdateRule | None = None, **hyper: Any) -> None:
         self._lr = _check_lr(lr)
         self.rule = update if update is not None else Plain()

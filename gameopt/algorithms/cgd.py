@@ -84,6 +84,8 @@ class CGD(Algorithm):
         zero_sum: use the two-player zero-sum CG solver.
     """
 
+    first_order = False
+
     def __init__(
         self,
         lr: float | Sequence[float] = 1e-3,
@@ -132,6 +134,8 @@ class ACGD(Algorithm):
         atol: absolute tolerance on the squared residual.
         maxiter: the most CG iterations per step (default: the dimension).
     """
+
+    first_order = False
 
     def __init__(
         self,

@@ -55,17 +55,18 @@ class AltGD(Algorithm):
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         layout = oracle.layout
-        point = [t.clone() for t in oracle.params]
+        delta = oracle.layout.zeros()  # the players who moved so far: their steps
+        ones = [1.0] * oracle.num_players
         new_rule: State = {}
         for i in range(oracle.num_players):
-            xi = oracle.xi(at=point if i else None, players=[i])
+            xi = oracle.xi(along=(delta, ones) if i else None, players=[i])
             # the rule is elementwise: apply it to player i's part only
             views = lambda vec: layout.player_views(vec, i)  # noqa: E731
             part = _map(state["rule"], views)
             out, rule_i = self.rule.apply(views(xi), part)
-            torch._foreach_add_(views(point), out, alpha=-self.lrs[i])
+            for d, o in zip(views(delta), out):
+                torch.mul(o, -self.lrs[i], out=d)
             new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
-        delta = list(torch._foreach_sub(point, oracle.params))
         return delta, {"rule": new_rule}
 
 

@@ -27,6 +27,8 @@ class HamiltonianGD(Algorithm):
         update: per-player update rule (default: plain gradient).
     """
 
+    first_order = False
+
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
         super().__init__(lr, update)
 
@@ -46,6 +48,8 @@ class ConsensusOptimization(Algorithm):
         gamma: γ ≥ 0, the weight of the Hamiltonian's gradient.
         update: per-player update rule (default: plain gradient; the paper uses RMSProp-like steps).
     """
+
+    first_order = False
 
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, gamma: float = 0.1, update: UpdateRule | None = None

@@ -17,7 +17,9 @@ class Lookahead(Algorithm):
     """Lookahead-minmax (Chavdarova et al. 2021, "Taming GANs with Lookahead-Minmax").
 
     The base algorithm moves the fast weights; every ``k`` steps all players'
-    slow weights move towards them and the fast weights restart from there:
+    slow weights move towards them and the fast weights restart from there (with
+    feasible sets: the average of feasible points, projected where a set is not
+    convex):
 
     .. math:: \\tilde w \\leftarrow \\tilde w + α (w - \\tilde w), \\qquad w \\leftarrow \\tilde w
 
@@ -36,6 +38,10 @@ class Lookahead(Algorithm):
         super().__init__(0.0, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
         self.base = base
 
+    @property
+    def first_order(self) -> bool:  # type: ignore[override]
+        return self.base.first_order
+
     def bind(self, game: Game) -> None:
         self.base.bind(game)
         torch.optim.Optimizer.__init__(self, self.base.param_groups, {"lr": self.base.lrs[0]})
@@ -53,9 +59,11 @@ class Lookahead(Algorithm):
         count = state["count"] + 1
         slow = state["slow"]
         if count % self.hyper["k"] == 0:
-            fast = list(torch._foreach_add(oracle.params, delta))
+            fast = oracle.moved(delta)
             slow = list(torch._foreach_add(slow, torch._foreach_sub(fast, slow), alpha=self.hyper["alpha"]))
-            delta = list(torch._foreach_sub(slow, oracle.params))
+            # an average of feasible points is feasible in a convex set; project where not
+            oracle.project_nonconvex_(slow)
+            delta = oracle.delta_to(slow)
         return delta, {"base": base_state, "slow": slow, "count": count}
 
     def __repr__(self) -> str:

@@ -35,6 +35,8 @@ class LA(Algorithm):
         update: per-player update rule (default: plain gradient).
     """
 
+    first_order = False
+
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, alpha: float = 1.0, update: UpdateRule | None = None
     ) -> None:
@@ -63,6 +65,8 @@ class LOLA(Algorithm):
         shaping_only: drop the look-ahead term (ξ − αχ).
         update: per-player update rule (default: plain gradient).
     """
+
+    first_order = False
 
     def __init__(
         self,
@@ -99,6 +103,8 @@ class SOS(Algorithm):
         b: the gradient-norm threshold of p₂.
         update: per-player update rule (default: plain gradient).
     """
+
+    first_order = False
 
     def __init__(
         self,

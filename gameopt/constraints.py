@@ -1,0 +1,129 @@
+"""Feasible sets for parameters: projections and mirror maps.
+
+A constraint acts on one parameter tensor. Its :meth:`~Constraint.step` forms the
+new point from the current one and a step ``delta`` (``delta = -η u`` for the
+update rule's direction ``u``): the Euclidean projection ``P(w + delta)`` for the
+sets below, or the mirror step of a mirror map (the entropic simplex:
+``x⁺ ∝ x · exp(delta)``, multiplicative weights). Every first-order algorithm of a
+game forms its new points (and extrapolation points) through it, so each becomes
+its projected or mirror version.
+
+A set of your own is any object with ``project(w)`` (the Euclidean projection
+onto the set, out of place), optionally ``step(w, delta)`` (a mirror step;
+default ``project(w + delta)``), ``check(shape, name)`` (raise ``ValueError`` if
+the set does not fit a parameter of that shape) and ``convex`` (a bool).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class Constraint:
+    """Base class: a closed set with its Euclidean projection."""
+
+    convex = True
+
+    def project(self, w: Tensor) -> Tensor:
+        """The Euclidean projection of ``w`` onto the set (a new tensor)."""
+        raise NotImplementedError
+
+    def step(self, w: Tensor, delta: Tensor) -> Tensor:
+        """The new point from ``w`` (feasible) along ``delta``: ``P(w + delta)``."""
+        return self.project(w + delta)
+
+    def check(self, shape: torch.Size, name: str) -> None:
+        """Raise ``ValueError`` if the set does not fit a parameter of ``shape``."""
+
+    def contains(self, w: Tensor, tol: float = 0.0) -> bool:
+        """Whether ``w`` is in the set (up to ``tol``)."""
+        return bool((self.project(w) - w).abs().max() <= tol) if w.numel() else True
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+def _finite(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+class NonNegative(Constraint):
+    """w ≥ 0 elementwise (Lagrange multipliers of inequality constraints)."""
+
+    def project(self, w: Tensor) -> Tensor:
+        return w.clamp_min(0)
+
+
+class Box(Constraint):
+    """low ≤ w ≤ high elementwise (a WGAN critic's clipped weights)."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = _finite("low", low), _finite("high", high)
+        if self.low > self.high:
+            raise ValueError(f"Box needs low <= high, got low={low!r} > high={high!r}")
+
+    def project(self, w: Tensor) -> Tensor:
+        return w.clamp(self.low, self.high)
+
+
+class Ball(Constraint):
+    """‖w‖₂ ≤ radius, for the whole parameter tensor (an adversarial perturbation)."""
+
+    def __init__(self, radius: float) -> None:
+        self.radius = _finite("radius", radius)
+        if self.radius < 0:
+            raise ValueError(f"Ball needs a non-negative radius, got {radius!r}")
+
+    def project(self, w: Tensor) -> Tensor:
+        norm = torch.linalg.vector_norm(w)
+        return w * torch.clamp(self.radius / norm, max=1.0) if norm > 0 else w.clone()
+
+
+class Simplex(Constraint):
+    """Each slice along the last dimension on the probability simplex
+    {x ≥ 0, Σ x = 1} (mixed strategies).
+
+    Args:
+        mirror: ``"euclidean"``: projected steps (the sort-based projection of
+            Duchi et al. 2008, "Efficient Projections onto the ℓ1-Ball");
+            ``"entropic"``: the entropic mirror map, x⁺ ∝ x · exp(delta)
+            (multiplicative weights; optimistic multiplicative weights with
+            ``Optimistic``; mirror-prox with ``Extragradient``, Nemirovski 2004).
+    """
+
+    def __init__(self, mirror: str = "euclidean") -> None:
+        if mirror not in ("euclidean", "entropic"):
+            raise ValueError(f"mirror must be 'euclidean' or 'entropic', got {mirror!r}")
+        self.mirror = mirror
+
+    def check(self, shape: torch.Size, name: str) -> None:
+        if len(shape) == 0 or shape[-1] == 0:
+            raise ValueError(f"Simplex needs a parameter with a last dimension; {name!r} has shape {tuple(shape)}")
+
+    def project(self, w: Tensor) -> Tensor:
+        u, _ = torch.sort(w, dim=-1, descending=True)
+        css = u.cumsum(-1) - 1
+        k = torch.arange(1, w.shape[-1] + 1, dtype=w.dtype, device=w.device)
+        rho = (u - css / k > 0).sum(-1, keepdim=True)  # ≥ 1 always
+        theta = css.gather(-1, rho - 1) / rho.to(w.dtype)
+        return (w - theta).clamp_min(0)
+
+    def step(self, w: Tensor, delta: Tensor) -> Tensor:
+        if self.mirror == "euclidean":
+            return self.project(w + delta)
+        # x·exp(delta) / Σ x·exp(delta), computed as a softmax of log x + delta
+        return torch.softmax(torch.log(w) + delta, dim=-1)
+
+    def delta_to(self, w: Tensor, target: Tensor) -> Tensor:
+        """The step from ``w`` that lands on ``target``: ``target − w``, or for the
+        entropic map ``log target − log w`` (0 where ``w`` is 0: such a weight stays 0)."""
+        if self.mirror == "euclidean":
+            return target - w
+        return torch.where(w > 0, torch.log(target) - torch.log(w), torch.zeros_like(w))
