@@ -18,9 +18,11 @@ from .algorithms import (
     SimGD,
 )
 from .buffer import FlatBuffer
+from .evaluation import DynamicLossScale, LossError, StepLosses
 from .game import Game, NonFiniteError, Oracle
+from .lagrangian import LagrangianGame
 from .player import Player
-from .updates import Adam, Momentum, Plain, UpdateRule
+from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
 
 __all__ = [
     "diagnostics",
@@ -31,6 +33,9 @@ __all__ = [
     "SGA",
     "SOS",
     "ConsensusOptimization",
+    "DynamicLossScale",
+    "LossError",
+    "StepLosses",
     "HamiltonianGD",
     "Adam",
     "Algorithm",
@@ -38,12 +43,14 @@ __all__ = [
     "Extragradient",
     "FlatBuffer",
     "Game",
+    "LagrangianGame",
     "Lookahead",
     "Momentum",
     "NonFiniteError",
     "Optimistic",
     "Oracle",
     "Plain",
+    "RMSProp",
     "Player",
     "SimGD",
     "UpdateRule",

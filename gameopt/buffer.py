@@ -6,6 +6,12 @@ parameter of the group becomes a view into ``data`` (installed with
 shares the version counter of the flat tensor), and its ``.grad`` is the matching
 view into ``grad``. Views are made with :func:`torch.split` and keep the
 parameter's strides (a ``channels_last`` weight stays ``channels_last``).
+
+``data`` is a :class:`FlatParameter`: a 1-D tensor that any ``torch.optim``
+optimizer (LBFGS included) and ``clip_grad_norm_`` take, whose ``.grad`` is the
+flat gradient. It is one persistent object: when the buffer moves (into a game's
+joint storage) or its player re-fuses, the same tensor object follows the
+parameters, so an optimizer built on it keeps training the module.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import operator
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +38,7 @@ class Segment:
 
 
 _shape = operator.attrgetter("shape")
+_grad = operator.attrgetter("grad")
 _parameters = operator.attrgetter("_parameters")
 
 
@@ -82,6 +90,166 @@ def _view(chunk: Tensor, seg: Segment) -> Tensor:
     return chunk.view([seg.shape[d] for d in order]).permute(inverse)
 
 
+_STALE_HINT = "take player.params (or player.buffers[i].data) again and build the optimizer on it"
+
+
+class FlatParameter(Tensor):
+    """The flat parameter tensor of a :class:`FlatBuffer` (``player.params``).
+
+    A plain 1-D tensor (``requires_grad=False``, a leaf) over the buffer's storage:
+    in-place writes are what the module computes with, and it shares the version
+    counter of the parameters' views. Its ``.grad`` is the buffer's flat gradient,
+    read through the player (so a module converted or changed since fusing is
+    re-fused first); assigning ``None`` (what ``optimizer.zero_grad()`` does)
+    zeroes the flat gradient in place and keeps every link, so the next backward
+    accumulates into zeros. So ``torch.optim.Adam([player.params])``,
+    ``LBFGS([player.params])`` and ``clip_grad_norm_([player.params], c)`` work
+    like their per-parameter versions on the module. Padding (``align=``) reads as
+    zero gradient and stays zero under the usual optimizers.
+
+    Operations on it return plain tensors; pickling and ``copy.deepcopy`` give
+    plain tensors too.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property  # type: ignore[override]
+    def grad(self) -> Tensor:
+        buf = _buffer_of(self)
+        buf.relink_grads()
+        return buf.grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        buf = _buffer_of(self)
+        if value is None:
+            buf.zero_grad()
+            return
+        if value is not buf.grad:
+            if not isinstance(value, Tensor) or value.shape != buf.grad.shape:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise RuntimeError(f"assigned grad has data of a different size: expected {buf.numel}, got {got}")
+            if value.dtype != buf.dtype or value.device != buf.device:
+                raise RuntimeError(
+                    f"assigned grad is {value.device}/{value.dtype}, the flat parameter {buf.device}/{buf.dtype}"
+                )
+            with torch.no_grad():
+                buf.grad.copy_(value)
+        buf._link_grads()
+
+    @grad.deleter
+    def grad(self) -> None:
+        self.grad = None
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self.detach().__reduce_ex__(protocol)
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        out = self.detach().clone()
+        memo[id(self)] = out
+        return out
+
+
+class _StaleFlatParameter(Tensor):
+    """A :class:`FlatParameter` that could not follow its parameters: every use raises."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        why = next((a.__dict__.get("_gameopt_why") for a in args if isinstance(a, cls)), None)
+        raise RuntimeError(_stale_message(why))
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"<stale gameopt FlatParameter: {self.__dict__.get('_gameopt_why')}>"
+
+
+def _stale_message(why: str | None) -> str:
+    return (
+        f"this gameopt flat parameter tensor no longer holds the module's parameters ({why}); "
+        f"training it would change nothing: {_STALE_HINT}"
+    )
+
+
+def _mark_stale(handle: Tensor, why: str) -> None:
+    handle.__class__ = _StaleFlatParameter
+    handle.__dict__.clear()
+    handle.__dict__["_gameopt_why"] = why
+
+
+def _swappable(t: Tensor) -> bool:
+    """``swap_tensors`` accepts ``t``: no other C++ reference (an autograd graph) and no weakref."""
+    return t._use_count() == 1 and not weakref.getweakrefs(t)
+
+
+def _buffer_of(handle: Tensor) -> FlatBuffer:
+    """The buffer a flat parameter belongs to, after its player noticed any change."""
+    buf = handle.__dict__.get("_gameopt_buffer")
+    if buf is None:
+        raise RuntimeError(_stale_message("it belongs to no FlatBuffer"))
+    buf._refresh()
+    if type(handle) is not FlatParameter:  # re-fusing could not carry it over
+        raise RuntimeError(_stale_message(handle.__dict__.get("_gameopt_why")))
+    return handle.__dict__["_gameopt_buffer"]
+
+
+def _relink_hook_fn(ref: weakref.ref, i: int) -> Callable[[Tensor], None]:
+    """After a backward that put ``p.grad`` elsewhere (for example after
+    ``zero_grad(set_to_none=True)``), copy it into the buffer and relink."""
+
+    def relink(p: Tensor) -> None:
+        buf = ref()
+        if buf is None or buf.params[i] is not p:
+            return
+        view, g = buf._grad_views[i], p.grad
+        if g is view or g is None or g.grad_fn is not None:
+            return
+        with torch.no_grad():
+            view.copy_(g.to_dense() if g.is_sparse else g)
+        p.grad = view
+
+    relink._gameopt_relink = True  # type: ignore[attr-defined]
+    return relink
+
+
+def _drop_relink_hooks(p: Tensor) -> None:
+    """Remove gameopt's relinking hooks (of any buffer, past or present) from ``p``."""
+    hooks = p._post_accumulate_grad_hooks
+    if hooks:
+        for key in [k for k, fn in hooks.items() if getattr(fn, "_gameopt_relink", False)]:
+            del hooks[key]
+
+
+def rebind(p: Tensor, value: Tensor) -> None:
+    """Make ``value`` the storage of ``p`` with :func:`torch.utils.swap_tensors`: Python
+    identity, attributes and hooks stay; the old ``.grad`` is dropped."""
+    new = nn.Parameter(value, requires_grad=p.requires_grad)
+    new.__dict__.update(p.__dict__)
+    try:
+        torch.utils.swap_tensors(p, new)
+    except RuntimeError as err:
+        raise RuntimeError(f"gameopt cannot fuse a parameter: {err}") from err
+    # swap_tensors leaves the C++ side of tensor hooks on the old storage:
+    # re-assigning the hook dicts registers them on the new one.
+    for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+        hooks = getattr(p, attr)
+        if hooks is not None:
+            setattr(p, attr, hooks)
+
+
+def release(p: Tensor) -> None:
+    """A parameter that left its buffer (frozen, removed or replaced): its own copy of
+    its current value and gradient, no gameopt hooks. Best effort: a parameter that a
+    live autograd graph (or a recurrent layer's weak reference) holds stays a view."""
+    _drop_relink_hooks(p)
+    g = p.grad
+    if _swappable(p):
+        try:
+            rebind(p, p.detach().clone())
+        except RuntimeError:
+            pass
+    if g is not None:
+        p.grad = g.detach().clone()
+
+
 class FlatBuffer:
     """Flat parameter and gradient storage for parameters of one device and dtype.
 
@@ -89,10 +257,22 @@ class FlatBuffer:
         params: parameters that all share one device and dtype, each listed once.
         align: pad each parameter's start to a multiple of this many bytes
             (``None``: tight packing). Padding is zero and stays zero.
+        modules: the modules the parameters belong to (recurrent layers need care).
+        owner: the :class:`~gameopt.Player` whose ``check()`` re-fuses the buffer
+            when its module changed; reading ``data.grad`` runs it.
+
+    Attributes:
+        data: the flat parameter (:class:`FlatParameter`), one persistent tensor
+            object for the group: give it to a ``torch.optim`` optimizer.
+        grad: the flat gradient (``data.grad`` returns it).
     """
 
     def __init__(
-        self, params: Sequence[nn.Parameter], align: int | None = None, modules: Sequence[nn.Module] = ()
+        self,
+        params: Sequence[nn.Parameter],
+        align: int | None = None,
+        modules: Sequence[nn.Module] = (),
+        owner: Any = None,
     ) -> None:
         if not params:
             raise ValueError("FlatBuffer needs at least one parameter")
@@ -100,6 +280,7 @@ class FlatBuffer:
         self.dtype = params[0].dtype
         self.align = align
         self.params = list(params)
+        self._owner = owner
         # recurrent layers keep weak references to their weights, which swap_tensors refuses
         self._rnns = [m for m in modules if isinstance(m, nn.RNNBase)]
         self.segments, self.numel = self._layout(self.params, align)
@@ -117,8 +298,6 @@ class FlatBuffer:
         self._split_sizes = sizes
         data = torch.zeros(self.numel, dtype=self.dtype, device=self.device)
         grad = torch.zeros(self.numel, dtype=self.dtype, device=self.device)
-        self.data: Tensor = data
-        self.grad: Tensor = grad
         self._install(data, grad)
 
     @staticmethod
@@ -145,7 +324,7 @@ class FlatBuffer:
 
     def _install(self, data: Tensor, grad: Tensor) -> None:
         """Copy the parameters' current values (and gradients) into ``data`` (and ``grad``)
-        and make them views of it."""
+        and make them views of it; the flat parameter ``self.data`` follows."""
         # A parameter referenced by a live autograd graph (its AccumulateGrad node) cannot
         # move: swap_tensors would only poison that node and fail at the next backward.
         # Check them all before swapping any, so a refusal leaves everything untouched.
@@ -154,8 +333,6 @@ class FlatBuffer:
                 "gameopt cannot fuse a parameter while an autograd graph still uses it "
                 "(drop the outputs and losses of earlier forward passes first, or fuse before the forward pass)"
             )
-        for handle in getattr(self, "_hooks", ()):
-            handle.remove()  # our previous relinking hooks; fresh ones are added below
         data_views, grad_views = self.views(data), self.views(grad)
         with torch.no_grad():
             for p, view, gview in zip(self.params, data_views, grad_views):
@@ -163,52 +340,71 @@ class FlatBuffer:
                 g = p.grad  # keep an existing gradient (fusing after a backward, or re-fusing)
                 if g is not None and g is not gview and g.shape == p.shape:
                     gview.copy_(g.to_dense() if g.is_sparse else g.detach())
+        for p in self.params:
+            _drop_relink_hooks(p)  # of this buffer's earlier home, or of the buffer it re-fuses
         for rnn in self._rnns:
             rnn._flat_weight_refs = []
         for p, view, gview in zip(self.params, data_views, grad_views):
-            new = nn.Parameter(view, requires_grad=p.requires_grad)
-            new.__dict__.update(p.__dict__)
-            try:
-                torch.utils.swap_tensors(p, new)
-            except RuntimeError as err:
-                raise RuntimeError(f"gameopt cannot fuse a parameter: {err}") from err
-            # swap_tensors leaves the C++ side of tensor hooks on the old storage:
-            # re-assigning the hook dicts registers them on the new one.
-            for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
-                hooks = getattr(p, attr)
-                if hooks is not None:
-                    setattr(p, attr, hooks)
+            rebind(p, view)
             p.grad = gview
         for rnn in self._rnns:
             rnn._init_flat_weights()
-        self.data, self.grad = data, grad
+        self.grad = grad
         self._grad_views = grad_views
         self._ptrs = [p.data_ptr() for p in self.params]
         self._shapes = [p.shape for p in self.params]
-        # swap_tensors dropped any hooks: (re)install the relinking hooks
-        self._hooks = [p.register_post_accumulate_grad_hook(self._relink_hook(i)) for i, p in enumerate(self.params)]
-
-    def _relink_hook(self, i: int) -> Callable[[Tensor], None]:
-        """After a backward that put ``p.grad`` elsewhere (for example after
-        ``zero_grad(set_to_none=True)``), copy it into the buffer and relink."""
         ref = weakref.ref(self)
+        for i, p in enumerate(self.params):
+            p.register_post_accumulate_grad_hook(_relink_hook_fn(ref, i))
+        self._follow(data)
 
-        def relink(p: Tensor) -> None:
-            buf = ref()
-            if buf is None or buf.params[i] is not p:
-                return
-            view, g = buf._grad_views[i], p.grad
-            if g is view or g is None or g.grad_fn is not None:
-                return
-            with torch.no_grad():
-                view.copy_(g.to_dense() if g.is_sparse else g)
-            p.grad = view
+    def _follow(self, data: Tensor) -> None:
+        """Point the flat parameter at ``data``: the same Python object when it can move
+        (``swap_tensors``), else a new one and the old one raises when used."""
+        alias = data.view(-1)  # own tensor object; shares storage and version counter
+        alias.__class__ = FlatParameter
+        alias.__dict__["_gameopt_buffer"] = self
+        handle = self.__dict__.get("data")
+        if type(handle) is FlatParameter and handle.__dict__.get("_gameopt_buffer") is self:
+            if _swappable(handle):
+                torch.utils.swap_tensors(handle, alias)  # alias now holds the old storage
+                alias.__class__ = Tensor
+                alias.__dict__.clear()
+                alias = handle
+            else:
+                _mark_stale(handle, "it could not move with its buffer while an autograd graph or a weakref held it")
+        self.data: Tensor = alias
 
-        return relink
+    def adopt(self, old: FlatBuffer) -> None:
+        """Take over the flat parameter object of ``old`` (the buffer this one replaces
+        when a player re-fuses), so that optimizers built on it keep working."""
+        handle = old.__dict__.get("data")
+        if type(handle) is not FlatParameter or handle.__dict__.get("_gameopt_buffer") is not old:
+            return
+        if not _swappable(handle):
+            _mark_stale(handle, "the player re-fused while an autograd graph or a weakref held it")
+            return
+        mine = self.data
+        torch.utils.swap_tensors(handle, mine)  # handle: this buffer's storage; mine: the old one
+        handle.__dict__["_gameopt_buffer"] = self
+        mine.__class__ = Tensor
+        mine.__dict__.clear()
+        old.data = mine
+        self.data = handle
+
+    def _refresh(self) -> None:
+        """Let the owning player re-fuse a changed module; without one, refuse a stale buffer."""
+        if self._owner is not None:
+            self._owner.check()
+            return
+        why = self.stale()
+        if why is not None:
+            raise RuntimeError(f"gameopt: {why}, and this FlatBuffer has no player to re-fuse it")
 
     def rehome(self, data: Tensor, grad: Tensor) -> None:
         """Move the buffer into the given flat storage (for example a slice of a
-        game's joint storage), keeping values and gradients."""
+        game's joint storage), keeping values and gradients. ``self.data`` (the same
+        tensor object) follows."""
         with torch.no_grad():
             data.copy_(self.data)
             grad.copy_(self.grad)
@@ -231,6 +427,8 @@ class FlatBuffer:
     def relink_grads(self) -> None:
         """Make every ``.grad`` the buffer's view again: a ``None`` gradient becomes
         exact zeros, a gradient stored elsewhere is copied in."""
+        if all(map(operator.is_, map(_grad, self.params), self._grad_views)):
+            return  # fast path, iterated in C
         with torch.no_grad():
             for p, view in zip(self.params, self._grad_views):
                 g = p.grad
@@ -243,6 +441,20 @@ class FlatBuffer:
                     if g.grad_fn is not None:
                         continue  # a create_graph gradient: leave it, the buffer holds its value
                 p.grad = view
+
+    def _link_grads(self) -> None:
+        """Point every ``.grad`` at its view of the buffer, whatever it held."""
+        if all(map(operator.is_, map(_grad, self.params), self._grad_views)):
+            return
+        for p, view in zip(self.params, self._grad_views):
+            if p.grad is not view:
+                p.grad = view
+
+    def zero_grad(self) -> None:
+        """Zero the flat gradient in place; every ``.grad`` stays (or becomes) its view."""
+        with torch.no_grad():
+            self.grad.zero_()
+        self._link_grads()
 
     def grad_view(self, index: int) -> Tensor:
         return self._grad_views[index]

@@ -111,7 +111,8 @@ class Simplex(Constraint):
         u, _ = torch.sort(w, dim=-1, descending=True)
         css = u.cumsum(-1) - 1
         k = torch.arange(1, w.shape[-1] + 1, dtype=w.dtype, device=w.device)
-        rho = (u - css / k > 0).sum(-1, keepdim=True)  # ≥ 1 always
+        # ≥ 1 for finite w; a non-finite w gives a non-finite result, refused by the game
+        rho = (u - css / k > 0).sum(-1, keepdim=True).clamp_min(1)
         theta = css.gather(-1, rho - 1) / rho.to(w.dtype)
         return (w - theta).clamp_min(0)
 

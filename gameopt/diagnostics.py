@@ -1,5 +1,8 @@
 """Diagnostics of a game at a point: the Jacobian as a SciPy operator, its
-spectrum, the Hamiltonian, and the split of J into potential and rotation."""
+spectrum, the Hamiltonian, and the split of J into potential and rotation.
+
+SciPy and Matplotlib are imported by the functions that use them, so that
+``import gameopt`` stays light."""
 
 from __future__ import annotations
 
@@ -8,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import LinearOperator, eigs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from scipy.sparse.linalg import LinearOperator
 
     from .autodiff import Linearization
     from .game import Game
@@ -40,6 +43,8 @@ def jacobian_operator(game: Game, *args: Any, **kwargs: Any) -> LinearOperator:
 
 
 def _operator(game: Game, lin: Linearization) -> LinearOperator:
+    from scipy.sparse.linalg import LinearOperator
+
     n = sum(t.numel() for t in game.layout.data)
 
     def matvec(x: np.ndarray) -> np.ndarray:
@@ -56,6 +61,8 @@ def eigenvalues(game: Game, *args: Any, k: int = 6, dense_below: int = 400, **kw
     fewer than ``dense_below`` parameters: J is then formed column by column).
     Real parts measure the potential (attracting when positive), imaginary parts
     the rotation."""
+    from scipy.sparse.linalg import eigs
+
     op = jacobian_operator(game, *args, **kwargs)
     n = op.shape[0]
     if n < dense_below:

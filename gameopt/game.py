@@ -219,6 +219,13 @@ class Game:
                 f"{type(self.algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
                 "constrained players need a first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
             )
+        compiled = [p.name for p in self.players if p.module is not None and _is_compiled(p.module)]
+        if compiled and not self.algorithm.first_order:
+            raise ValueError(
+                f"{type(self.algorithm).__name__} needs double backward (Jacobian products), which torch.compile'd "
+                f"modules do not support (players {compiled}): give the game the uncompiled modules, or use a "
+                "first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
+            )
         for what in self.project_(self.layout.data):
             log.info("the starting point was outside its feasible set: projected %s", what)
         if self._parallel is not None:
@@ -279,14 +286,16 @@ class Game:
             (e, k, c)
             for e in self.layout.entries
             for k, p in enumerate(e.buffer.params)
-            if (c := getattr(self.players[e.player], "constraints", {}).get(id(p))) is not None
+            if (c := self.players[e.player].constraints.get(id(p))) is not None
         ]
 
     def _unchanged(self) -> bool:
         """Nothing moved since the layout was built (one C-level pass over all parameters)."""
         w = self._watch
-        return all(map(operator.is_, map(_BUFFERS, self.players), w.buffers)) and links_intact(
-            w.params, w.ptrs, w.shapes, w.subs, w.names, w.registered
+        return (
+            all(map(operator.is_, map(_BUFFERS, self.players), w.buffers))
+            and links_intact(w.params, w.ptrs, w.shapes, w.subs, w.names, w.registered)
+            and all(map(Player._registry_intact, self.players))
         )
 
     def _modules(self) -> list[nn.Module]:
@@ -571,12 +580,21 @@ class Game:
 _BUFFERS = operator.attrgetter("buffers")
 
 
+def _uncompiled(module: nn.Module) -> nn.Module:
+    """The module a ``torch.compile`` wrapper holds (names as in eager mode), or ``module``."""
+    return getattr(module, "_orig_mod", module) if _is_compiled(module) else module
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
 def _module_buffers(player: Player) -> dict[str, Tensor]:
     """The persistent buffers of a player's module (those in its ``state_dict``), by name."""
     if player.module is None:
         return {}
     out = {}
-    for prefix, sub in player.module.named_modules():
+    for prefix, sub in _uncompiled(player.module).named_modules():
         for name, b in sub._buffers.items():
             if b is not None and name not in sub._non_persistent_buffers_set:
                 out[f"{prefix}.{name}" if prefix else name] = b

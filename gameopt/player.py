@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .buffer import FlatBuffer, links_intact
+from .buffer import FlatBuffer, FlatParameter, _mark_stale, release
 
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
+_MISSING = object()
+_requires_grad = operator.attrgetter("requires_grad")
+
+
+def _carry_flat_parameters(old: Sequence[FlatBuffer], new: Sequence[FlatBuffer]) -> None:
+    """After re-fusing, hand each old buffer's flat parameter tensor to the new buffer
+    that holds its parameters (one group to one group: always), so that an optimizer
+    built on it keeps training the module. One whose parameters split across groups,
+    all left, or whose new group already took another raises when used."""
+    if len(old) == 1 and len(new) == 1:
+        new[0].adopt(old[0])
+        return
+    where = {id(p): k for k, b in enumerate(new) for p in b.params}
+    taken: set[int] = set()
+    for buf in old:
+        targets = {where[id(p)] for p in buf.params if id(p) in where}
+        if len(targets) == 1 and not targets & taken:
+            taken |= targets
+            new[targets.pop()].adopt(buf)
+        elif type(buf.data) is FlatParameter and buf.data.__dict__.get("_gameopt_buffer") is buf:
+            what = "split across groups" if len(targets) > 1 else "left the player or joined another group"
+            _mark_stale(buf.data, f"the player re-fused and this group's parameters {what}")
+
+
+def _check_constraint(c: Any, what: str) -> None:
+    if not callable(getattr(c, "project", None)):
+        raise TypeError(
+            f"{what} must be a feasible set with a project(w) method (see gameopt.constraints), got {type(c).__name__}"
+        )
 
 
 class Player:
@@ -22,15 +53,23 @@ class Player:
 
     Args:
         module: an ``nn.Module``, or an iterable of ``nn.Parameter``.
-        loss: optional zero-argument callable returning this player's scalar loss;
-            a :class:`~gameopt.Game` built without a joint ``losses`` uses it.
+        loss: optional callable returning this player's scalar loss; a
+            :class:`~gameopt.Game` built without a joint ``losses`` calls it with the
+            arguments given to ``game.step(...)``.
         name: a label for messages (default: the module's class name).
         align: pad each parameter's start to this many bytes (default: tight).
+        constraint: a feasible set (:mod:`gameopt.constraints`) for every parameter,
+            or ``{"name": set, ...}`` for a module's parameters by name (the rest
+            stay free). First-order algorithms become their projected or mirror
+            versions; a starting point outside its set is projected when the game
+            is built.
 
     Conversions after fusing (``module.double()``, ``.to(...)``, ``p.data = ...``,
-    ``load_state_dict(..., assign=True)``) are noticed by :meth:`check`, which every
-    game step calls, and re-fused with the current values. Sparse gradients
-    (``nn.Embedding(sparse=True)``) are densified into the flat gradient buffer.
+    ``load_state_dict(..., assign=True)``), parameters added, removed, frozen
+    (``requires_grad_(False)``) or unfrozen, and submodules added or replaced are
+    noticed by :meth:`check`, which every game step calls, and re-fused with the
+    current values. Sparse gradients (``nn.Embedding(sparse=True)``) are densified
+    into the flat gradient buffer.
     """
 
     def __init__(
@@ -40,12 +79,14 @@ class Player:
         loss: Callable[[], Tensor] | None = None,
         name: str | None = None,
         align: int | None = None,
+        constraint: Any = None,
     ) -> None:
         if align is not None and (not isinstance(align, int) or align <= 0):
             raise ValueError(f"align must be a positive number of bytes, got {align!r}")
         if isinstance(module, nn.Module):
             self.module: nn.Module | None = module
-            default_name = type(module).__name__
+            # a torch.compile wrapper keeps the name of the module it compiled
+            default_name = type(getattr(module, "_orig_mod", module)).__name__
         else:
             self.module = None
             self._given = list(module)
@@ -54,10 +95,19 @@ class Player:
                     raise TypeError(f"Player expects an nn.Module or Parameters, got {type(p).__name__}")
             default_name = "params"
         if loss is not None and not callable(loss):
-            raise TypeError("loss must be a zero-argument callable returning a scalar tensor")
+            raise TypeError("loss must be a callable returning a scalar tensor")
         self.loss = loss
         self.name = name if name is not None else default_name
         self.align = align
+        if constraint is not None and isinstance(constraint, dict):
+            if self.module is None:
+                raise ValueError("constraints by parameter name need a module (got an iterable of parameters)")
+            for key, c in constraint.items():
+                _check_constraint(c, f"constraint[{key!r}]")
+        elif constraint is not None:
+            _check_constraint(constraint, "constraint")
+        self._constraint = constraint
+        self.constraints: dict[int, Any] = {}  # id(parameter) -> its feasible set
         self.generation = 0  # bumped each time the player re-fuses
         self._fuse()
 
@@ -82,22 +132,62 @@ class Player:
                     owners[id(p)].append((sub, pname))
         return params, [owners[id(p)] for p in params]
 
+    def _resolve_constraints(self, params: list[nn.Parameter]) -> dict[int, Any]:
+        """id(parameter) -> its feasible set; checks that each set fits its parameter."""
+        spec = self._constraint
+        if spec is None:
+            return {}
+        if not isinstance(spec, dict):
+            named = [(f"parameter {k}", p) for k, p in enumerate(params)]
+            out = {id(p): spec for _, p in named}
+        else:
+            assert self.module is not None
+            by_name = dict(self.module.named_parameters(remove_duplicate=False))
+            trainable = {id(p) for p in params}
+            named, out = [], {}
+            for key, c in spec.items():
+                p = by_name.get(key)
+                if p is None:
+                    raise ValueError(
+                        f"player {self.name!r}: constraint on {key!r}, but the module has no parameter named {key!r} "
+                        f"(its parameters: {', '.join(by_name)})"
+                    )
+                if id(p) not in trainable:
+                    raise ValueError(f"player {self.name!r}: constraint on {key!r}, which is not trainable")
+                named.append((key, p))
+                out[id(p)] = c
+        for what, p in named:
+            check = getattr(out[id(p)], "check", None)
+            if check is not None:
+                check(p.shape, what)
+        return out
+
     def _fuse(self) -> None:
         params, owners = self._collect()
         if not params:
             raise ValueError(f"player {self.name!r} has no trainable parameters (requires_grad=True)")
+        constraints = self._resolve_constraints(params)  # before anything changes
         if self.module is not None:
             sparse = [m for m in self.module.modules() if isinstance(m, _SPARSE_MODULES) and m.sparse]
-            self.has_sparse_grad = bool(sparse)
+            has_sparse_grad = bool(sparse)
         else:
-            self.has_sparse_grad = False
+            has_sparse_grad = False
         groups: dict[tuple[torch.device, torch.dtype], list[nn.Parameter]] = {}
         for p in params:
             if p.layout != torch.strided:
                 raise ValueError(f"player {self.name!r}: only strided (dense) parameters can be fused")
             groups.setdefault((p.device, p.dtype), []).append(p)
         modules = list(self.module.modules()) if self.module is not None else []
-        self.buffers: tuple[FlatBuffer, ...] = tuple(FlatBuffer(g, self.align, modules) for g in groups.values())
+        old: tuple[FlatBuffer, ...] = getattr(self, "buffers", ())
+        buffers = tuple(FlatBuffer(g, self.align, modules, owner=self) for g in groups.values())
+        # every group fused: optimizers built on the old flat parameters follow them,
+        # and parameters that left (frozen, removed, replaced) get their own storage
+        _carry_flat_parameters(old, buffers)
+        kept = {id(p) for p in params}
+        for left in {id(p): p for b in old for p in b.params if id(p) not in kept}.values():
+            release(left)
+        self.has_sparse_grad = has_sparse_grad
+        self.buffers: tuple[FlatBuffer, ...] = buffers
         self._params = params
         self._owners = owners
         places = [(sub, name, p) for p, ps in zip(params, owners) for sub, name in ps]
@@ -105,19 +195,76 @@ class Player:
         self._names = [n for _, n, _ in places]
         self._registered = [p for _, _, p in places]
         self._where = {id(p): (b, i) for b in self.buffers for i, p in enumerate(b.params)}
+        self.constraints = constraints
+        self._snapshot(modules)
         self.generation += 1
 
+    def _snapshot(self, modules: list[nn.Module]) -> None:
+        """Remember every registration (trainable or not, and every submodule), the
+        sizes of the registries and the ``requires_grad`` flags, for
+        :meth:`_registry_intact`. The registry dicts themselves are kept: reading
+        ``module._parameters`` costs more than the check."""
+        self._modules_seen = modules
+        entries = [(m._parameters, n, v) for m in modules for n, v in m._parameters.items()]
+        entries += [(m._modules, n, c) for m in modules for n, c in m._modules.items()]
+        self._reg_dicts = [d for d, _, _ in entries]
+        self._reg_names = [n for _, n, _ in entries]
+        self._reg_values = [v for _, _, v in entries]
+        self._dicts = [m._parameters for m in modules] + [m._modules for m in modules]
+        self._sizes = list(map(len, self._dicts))
+        candidates = self._given if self.module is None else [v for m in modules for v in m._parameters.values()]
+        self._flagged = list({id(p): p for p in candidates if p is not None}.values())
+        self._flags = list(map(_requires_grad, self._flagged))
+
     # ---------------------------------------------------------------- checking
+    def _registry_intact(self) -> bool:
+        """True when no parameter or submodule was added, removed or replaced and no
+        ``requires_grad`` flag changed since fusing. Iterated in C (three passes, a
+        few tenths of a µs per parameter), so a game can run it every step."""
+        return (
+            all(map(operator.is_, map(dict.get, self._reg_dicts, self._reg_names), self._reg_values))
+            and list(map(len, self._dicts)) == self._sizes
+            and list(map(_requires_grad, self._flagged)) == self._flags
+        )
+
     def stale(self) -> str | None:
-        """Why the module no longer uses this player's buffers, or ``None``."""
-        # fast path, iterated in C: every registration still holds its parameter
-        if links_intact((), (), (), self._subs, self._names, self._registered):
+        """Why the module no longer uses this player's buffers, or ``None``: a
+        parameter replaced, converted, added, removed, frozen or unfrozen, or a
+        submodule added, removed or replaced since fusing."""
+        if self._registry_intact():  # fast path
             return self._buffers_stale()
-        for p, places in zip(self._params, self._owners):
-            for sub, pname in places:
-                if sub._parameters.get(pname) is not p:
-                    return f"parameter {pname!r} of {type(sub).__name__} was replaced (assign=True or setattr)"
-        return self._buffers_stale()
+        return self._registry_change() or self._buffers_stale()
+
+    def _registry_change(self) -> str | None:
+        n_params = sum(len(m._parameters) for m in self._modules_seen)
+        for k, (reg, name, value) in enumerate(zip(self._reg_dicts, self._reg_names, self._reg_values)):
+            now = reg.get(name, _MISSING)
+            if now is not value:
+                what = "parameter" if k < n_params else "submodule"
+                how = "removed" if now is _MISSING else "replaced (assign=True or setattr)"
+                return f"{what} {name!r} of {self._owner_of(reg)} was {how}"
+        for reg, size in zip(self._dicts, self._sizes):
+            if len(reg) != size:
+                new = [n for n in reg if n not in self._reg_names]
+                what = "parameter" if any(reg is m._parameters for m in self._modules_seen) else "submodule"
+                return f"{what} {new[0] if new else '?'!r} was added to {self._owner_of(reg)}"
+        for p, flag in zip(self._flagged, self._flags):
+            if p.requires_grad != flag:
+                how = "unfrozen" if p.requires_grad else "frozen"
+                return f"parameter {self._place(p)} was {how} (requires_grad={p.requires_grad})"
+        return None
+
+    def _owner_of(self, registry: dict) -> str:
+        for m in self._modules_seen:
+            if m._parameters is registry or m._modules is registry:
+                return type(m).__name__
+        return "a module"
+
+    def _place(self, p: Tensor) -> str:
+        for reg, name, value in zip(self._reg_dicts, self._reg_names, self._reg_values):
+            if value is p:
+                return f"{name!r} of {self._owner_of(reg)}"
+        return f"of shape {tuple(p.shape)}"
 
     def _buffers_stale(self) -> str | None:
         for buf in self.buffers:
@@ -129,7 +276,12 @@ class Player:
     def check(self) -> bool:
         """Re-fuse if the module changed since fusing; return True if it did.
 
-        Raises a ``RuntimeError`` saying what happened if re-fusing is impossible.
+        A parameter added (or unfrozen) since joins the buffers with its current
+        value; one frozen, removed or replaced leaves them with its own copy of its
+        value and gradient. Python identity of every parameter is kept, and so are
+        the flat parameter tensors (``player.params``, ``buffers[i].data``) where a
+        group's parameters stay in one group. Raises a ``RuntimeError`` saying what
+        happened if re-fusing is impossible.
         """
         why = self.stale()
         if why is None:
@@ -153,7 +305,14 @@ class Player:
 
     @property
     def params(self) -> Tensor:
-        """The flat parameter tensor: the storage itself, so writes reach the module."""
+        """The flat parameter tensor (a :class:`~gameopt.buffer.FlatParameter`): the
+        storage itself, so writes reach the module, and a tensor any ``torch.optim``
+        optimizer takes (``torch.optim.Adam([player.params])``, LBFGS included):
+        its ``.grad`` is :attr:`grad`. It is the same object for the player's whole
+        life: it follows the parameters into a game's joint storage and through
+        re-fusing (one that cannot follow raises when used, never trains nothing).
+        A player with several (device, dtype) groups has one per group:
+        ``player.buffers[i].data``."""
         return self._single("data").data
 
     @property

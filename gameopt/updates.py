@@ -109,3 +109,53 @@ class Adam(UpdateRule):
             torch.sqrt(v1, out=o).add_(self.eps)
             torch.div(m1, o, out=o).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
         return out, {"m": m, "v": v, "t": t}
+
+
+class RMSProp(UpdateRule):
+    """RMSProp (Tieleman & Hinton 2012, "Lecture 6.5"), without momentum, in one of
+    two conventions that differ in where ε goes and where the mean square starts:
+
+    .. math::
+        v ← ρ v + (1 − ρ) d², \\qquad
+        \\text{out} = \\begin{cases} d / (\\sqrt{v} + ε), & v_0 = 0 \\quad (``"torch"``) \\\\
+                                     d / \\sqrt{v + ε},   & v_0 = 1 \\quad (``"tf1"``) \\end{cases}
+
+    ``"torch"`` is ``torch.optim.RMSprop`` (its ``alpha`` is ρ; defaults ρ = 0.99,
+    ε = 1e-8); ``"tf1"`` is TensorFlow 1's ``tf.train.RMSPropOptimizer`` (defaults
+    ρ = 0.9, ε = 1e-10), which Mescheder et al. 2017 and Balduzzi et al. 2018 used.
+    Neither has bias correction. Every call advances ``v`` (inside
+    :class:`~gameopt.Extragradient`, both evaluations do).
+
+    Args:
+        decay: ρ in [0, 1) (default: the convention's).
+        eps: ε ≥ 0 (default: the convention's).
+        convention: ``"torch"`` or ``"tf1"``.
+    """
+
+    DEFAULTS = {"torch": (0.99, 1e-8), "tf1": (0.9, 1e-10)}  # convention → (decay, eps)
+
+    def __init__(self, decay: float | None = None, eps: float | None = None, convention: str = "torch") -> None:
+        from .algorithms.base import check_number  # not at the top: algorithms import this module
+
+        if convention not in self.DEFAULTS:
+            raise ValueError(f"convention must be one of {sorted(self.DEFAULTS)}, got {convention!r}")
+        default_decay, default_eps = self.DEFAULTS[convention]
+        self.decay = check_number("decay", default_decay if decay is None else decay, low=0.0, high=1.0, high_open=True)
+        self.eps = check_number("eps", default_eps if eps is None else eps, low=0.0)
+        self.convention = convention
+
+    def init(self, like: list[Tensor]) -> State:
+        start = torch.zeros_like if self.convention == "torch" else torch.ones_like
+        return {"v": [start(t) for t in like]}
+
+    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
+        empty = empty or _empty_like(d)
+        v, out = empty(), empty()
+        for x, v0, v1, o in zip(d, state["v"], v, out):
+            torch.mul(v0, self.decay, out=v1).addcmul_(x, x, value=1 - self.decay)
+            if self.convention == "torch":
+                torch.sqrt(v1, out=o).add_(self.eps)
+            else:
+                torch.add(v1, self.eps, out=o).sqrt_()
+            torch.div(x, o, out=o)
+        return out, {"v": v}

@@ -12,10 +12,39 @@ from torch.nn import functional as F
 ACTIVATIONS = {"relu": nn.ReLU, "leaky": lambda: nn.LeakyReLU(0.2), "tanh": nn.Tanh, "elu": nn.ELU}
 
 
-def mlp(n_in: int, n_out: int, hidden: int = 64, depth: int = 2, act: str = "relu") -> nn.Sequential:
+INITS = ("default", "xavier", "trunc_normal")
+
+
+def init_linear(layer: nn.Linear, scheme: str) -> None:
+    """Initialize one layer in place (from the global RNG):
+
+    * ``"default"``: PyTorch's (weights and biases U(−1/√fan_in, 1/√fan_in));
+    * ``"xavier"``: weights U(−a, a), a = √(6 / (fan_in + fan_out)) (Glorot & Bengio
+      2010; TF-slim's ``fully_connected`` default), zero biases;
+    * ``"trunc_normal"``: weights N(0, s²) truncated to ±2s, s = 1/√fan_in (Sonnet 1's
+      ``Linear`` default, TF's ``truncated_normal_initializer`` semantics: s is the
+      std *before* truncation, so the weights' std is ≈ 0.88 s), zero biases.
+    """
+    if scheme not in INITS:
+        raise ValueError(f"unknown init {scheme!r}; choose from {list(INITS)}")
+    if scheme == "default":
+        return
+    with torch.no_grad():
+        if scheme == "xavier":
+            nn.init.xavier_uniform_(layer.weight)
+        else:
+            s = 1.0 / math.sqrt(layer.in_features)
+            nn.init.trunc_normal_(layer.weight, std=s, a=-2 * s, b=2 * s)
+        nn.init.zeros_(layer.bias)
+
+
+def mlp(
+    n_in: int, n_out: int, hidden: int = 64, depth: int = 2, act: str = "relu", init: str = "default"
+) -> nn.Sequential:
     """``depth`` hidden layers of width ``hidden`` with activation ``act`` (one of
-    :data:`ACTIVATIONS`). On the 2-D mixtures, tanh networks learn the modes in a
-    few thousand steps where ReLU ones of the same size mostly collapse."""
+    :data:`ACTIVATIONS`), every layer initialized by :func:`init_linear`. On the 2-D
+    mixtures, tanh networks learn the modes in a few thousand steps where ReLU ones
+    of the same size mostly collapse."""
     if act not in ACTIVATIONS:
         raise ValueError(f"unknown activation {act!r}; choose from {sorted(ACTIVATIONS)}")
     layers: list[nn.Module] = []
@@ -24,23 +53,28 @@ def mlp(n_in: int, n_out: int, hidden: int = 64, depth: int = 2, act: str = "rel
         layers += [nn.Linear(width, hidden), ACTIVATIONS[act]()]
         width = hidden
     layers.append(nn.Linear(width, n_out))
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            init_linear(layer, init)
     return nn.Sequential(*layers)
 
 
 class Generator(nn.Module):
-    def __init__(self, latent: int = 2, hidden: int = 64, depth: int = 2, act: str = "relu") -> None:
+    def __init__(
+        self, latent: int = 2, hidden: int = 64, depth: int = 2, act: str = "relu", init: str = "default"
+    ) -> None:
         super().__init__()
         self.latent = latent
-        self.net = mlp(latent, 2, hidden, depth, act)
+        self.net = mlp(latent, 2, hidden, depth, act, init)
 
     def forward(self, z: Tensor) -> Tensor:
         return self.net(z)
 
 
 class Discriminator(nn.Module):
-    def __init__(self, hidden: int = 64, depth: int = 2, act: str = "relu") -> None:
+    def __init__(self, hidden: int = 64, depth: int = 2, act: str = "relu", init: str = "default") -> None:
         super().__init__()
-        self.net = mlp(2, 1, hidden, depth, act)
+        self.net = mlp(2, 1, hidden, depth, act, init)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x).squeeze(-1)
@@ -56,8 +90,17 @@ def grid_modes(k: int = 5, spacing: float = 2.0) -> Tensor:
     return torch.cartesian_prod(r, r)
 
 
-def sample_mixture(modes: Tensor, n: int, std: float, generator: torch.Generator | None = None) -> Tensor:
-    idx = torch.randint(len(modes), (n,), generator=generator)
+def sample_mixture(
+    modes: Tensor, n: int, std: float, generator: torch.Generator | None = None, balanced: bool = False
+) -> Tensor:
+    """``n`` points from the equal-weight mixture of N(mode, std² I). With ``balanced``,
+    sample k comes from mode k mod len(modes), so each mode has ⌊n / len(modes)⌋ or
+    one more samples in every batch (as in Mescheder et al. 2017's and Balduzzi et
+    al. 2018's code); otherwise the modes are drawn at random."""
+    if balanced:
+        idx = torch.arange(n) % len(modes)
+    else:
+        idx = torch.randint(len(modes), (n,), generator=generator)
     return modes[idx] + std * torch.randn(n, 2, generator=generator)
 
 

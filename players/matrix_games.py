@@ -67,3 +67,47 @@ def zero_sum_losses(p1: SigmoidPolicy, p2: SigmoidPolicy, payoff: Tensor = MATCH
         return l1, -l1
 
     return losses
+
+
+#: Rock-paper-scissors, player 1's payoff (row: player 1's action). Value 0, the
+#: unique equilibrium is uniform play by both players.
+ROCK_PAPER_SCISSORS = torch.tensor([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], dtype=torch.float64)
+
+
+class MixedStrategy(nn.Module):
+    """A mixed strategy over ``n`` actions: a probability vector, to be kept on the
+    simplex by a constraint (``gameopt.Player(s, constraint=Simplex(...))``).
+
+    Args:
+        probs: the initial probabilities (default uniform over ``n`` actions).
+    """
+
+    def __init__(self, probs: Tensor) -> None:
+        super().__init__()
+        self.p = nn.Parameter(probs.detach().clone())
+
+    def forward(self) -> Tensor:
+        return self.p
+
+
+def random_zero_sum(n: int, seed: int) -> Tensor:
+    """A seeded n×n payoff matrix with standard normal entries."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, n, generator=g, dtype=torch.float64)
+
+
+def matrix_game_losses(x: MixedStrategy, y: MixedStrategy, payoff: Tensor) -> Losses:
+    """Zero-sum losses of the matrix game: player x maximizes xᵀ R y, so its loss is
+    −xᵀ R y and y's is xᵀ R y."""
+
+    def losses() -> tuple[Tensor, Tensor]:
+        v = x() @ payoff.to(x.p) @ y()
+        return -v, v
+
+    return losses
+
+
+def duality_gap(payoff: Tensor, x: Tensor, y: Tensor) -> float:
+    """max_i (R y)_i − min_j (xᵀ R)_j ≥ 0, zero exactly at an equilibrium."""
+    r = payoff.to(x)
+    return float((r @ y).max() - (x @ r).min())

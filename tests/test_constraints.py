@@ -79,3 +79,151 @@ def test_bad_sets_are_refused_at_construction(make, match) -> None:
 def test_simplex_on_a_scalar_does_not_fit() -> None:
     with pytest.raises(ValueError, match="last dimension"):
         C.Simplex().check(torch.Size([]), "w")
+
+
+# ------------------------------------------------------ algorithms on feasible sets
+from torch import nn  # noqa: E402
+
+import gameopt  # noqa: E402
+
+
+def _np_step(kind: str, w: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The reference of each set's step from w along d, in numpy."""
+    if kind == "simplex":
+        return _simplex_ref(w + d)
+    if kind == "entropic":
+        e = w * np.exp(d)
+        return e / e.sum(-1, keepdims=True)
+    if kind == "box":
+        return np.clip(w + d, -0.5, 0.25)
+    if kind == "ball":
+        v = w + d
+        return v * min(1.0, 1.5 / np.linalg.norm(v))
+    if kind == "nonnegative":
+        return np.maximum(w + d, 0)
+    return w + d
+
+
+def _np_project(kind: str, w: np.ndarray) -> np.ndarray:
+    return _simplex_ref(w) if kind == "entropic" else _np_step(kind, w, np.zeros_like(w))
+
+
+MAKE_SET = {
+    "simplex": lambda: C.Simplex(),
+    "entropic": lambda: C.Simplex(mirror="entropic"),
+    "box": lambda: C.Box(-0.5, 0.25),
+    "ball": lambda: C.Ball(1.5),
+    "nonnegative": lambda: C.NonNegative(),
+}
+
+
+def _np_trajectory(algo: str, kind: str, A: np.ndarray, x: np.ndarray, y: np.ndarray, lrs, steps: int, k: int = 2):
+    """Projected / mirror versions of the first-order algorithms on min_x max_y xᵀAy
+    with x in the set and y free... both players constrained to ``kind``."""
+
+    def xi(x, y):
+        return A @ y, -A.T @ x
+
+    def move(ws, ds):
+        return [_np_step(kind, w, d) for w, d in zip(ws, ds)]
+
+    ws = [_np_project(kind, x), _np_project(kind, y)]
+    prev, slow, out = None, [w.copy() for w in ws], []
+    for t in range(steps):
+        if algo in ("simgd", "lookahead"):
+            ws = move(ws, [-lr * g for lr, g in zip(lrs, xi(*ws))])
+            if algo == "lookahead" and (t + 1) % k == 0:
+                slow = [s + 0.5 * (w - s) for s, w in zip(slow, ws)]
+                ws = [s.copy() for s in slow]
+        elif algo == "altgd":
+            gx = xi(*ws)[0]
+            x1 = _np_step(kind, ws[0], -lrs[0] * gx)
+            gy = xi(x1, ws[1])[1]
+            ws = [x1, _np_step(kind, ws[1], -lrs[1] * gy)]
+        elif algo == "eg":
+            mid = move(ws, [-lr * g for lr, g in zip(lrs, xi(*ws))])
+            ws = move(ws, [-lr * g for lr, g in zip(lrs, xi(*mid))])
+        elif algo == "optimistic":
+            g = xi(*ws)
+            p = g if prev is None else prev
+            ws = move(ws, [-lr * (2 * gi - pi) for lr, gi, pi in zip(lrs, g, p)])
+            prev = g
+        out.append([w.copy() for w in ws])
+    return out
+
+
+ALGOS = {
+    "simgd": lambda lr: gameopt.SimGD(lr),
+    "altgd": lambda lr: gameopt.AltGD(lr),
+    "eg": lambda lr: gameopt.Extragradient(lr),
+    "optimistic": lambda lr: gameopt.Optimistic(lr),
+    "lookahead": lambda lr: gameopt.Lookahead(gameopt.SimGD(lr), k=2, alpha=0.5),
+}
+CASES = [(a, s) for a in ALGOS for s in ["simplex", "box", "ball", "nonnegative"]] + [
+    (a, "entropic") for a in ("simgd", "eg", "optimistic", "altgd", "lookahead")
+]
+
+
+def _matrix_game(kind: str, algo, seed: int = 0, n: int = 4):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, n, generator=g, dtype=torch.float64)
+    x0 = torch.rand(n, generator=g, dtype=torch.float64) + 0.1
+    y0 = torch.rand(n, generator=g, dtype=torch.float64) + 0.1
+    if kind == "entropic":  # start inside the simplex
+        x0, y0 = x0 / x0.sum(), y0 / y0.sum()
+    mx, my = nn.Module(), nn.Module()
+    mx.w, my.w = nn.Parameter(x0.clone()), nn.Parameter(y0.clone())
+    game = gameopt.Game(
+        [gameopt.Player(mx, constraint=MAKE_SET[kind]()), gameopt.Player(my, constraint={"w": MAKE_SET[kind]()})],
+        lambda: (mx.w @ A @ my.w, -(mx.w @ A @ my.w)),
+        algorithm=algo,
+    )
+    return game, mx, my, A.numpy(), x0.numpy(), y0.numpy()
+
+
+@pytest.mark.parametrize("algo, kind", CASES, ids=[f"{a}-{s}" for a, s in CASES])
+def test_projected_and_mirror_algorithms_match_numpy_iterate_for_iterate(algo, kind) -> None:
+    lrs = [0.3, 0.2]
+    game, mx, my, A, x0, y0 = _matrix_game(kind, ALGOS[algo](lrs))
+    ref = _np_trajectory(algo, kind, A, x0, y0, lrs, steps=12)
+    for t in range(12):
+        game.step()
+        np.testing.assert_allclose(mx.w.detach().numpy(), ref[t][0], rtol=1e-11, atol=1e-12, err_msg=f"step {t}")
+        np.testing.assert_allclose(my.w.detach().numpy(), ref[t][1], rtol=1e-11, atol=1e-12, err_msg=f"step {t}")
+
+
+def test_second_order_algorithms_refuse_constrained_players() -> None:
+    for make in (lambda: gameopt.SGA(0.1), lambda: gameopt.ConsensusOptimization(0.1), lambda: gameopt.CGD(0.1)):
+        with pytest.raises(ValueError, match="constrained players need a first-order algorithm"):
+            _matrix_game("simplex", make())
+
+
+def test_start_outside_the_set_is_projected_at_build_and_logged(caplog) -> None:
+    with caplog.at_level("INFO", logger="gameopt.game"):
+        game, mx, _, _, x0, _ = _matrix_game("simplex", gameopt.SimGD(0.1))
+    np.testing.assert_allclose(mx.w.detach().numpy(), _simplex_ref(x0), rtol=1e-14)
+    assert "projected" in caplog.text
+
+
+def test_constraint_on_a_missing_name_or_a_shape_that_does_not_fit_is_refused() -> None:
+    m = nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="no parameter named 'weight2'"):
+        gameopt.Player(m, constraint={"weight2": C.Box(0, 1)})
+    s = nn.Module()
+    s.w = nn.Parameter(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="last dimension"):
+        gameopt.Player(s, constraint=C.Simplex())
+    with pytest.raises(TypeError, match="project"):
+        gameopt.Player(m, constraint=object())
+
+
+def test_a_non_finite_step_on_a_constrained_game_is_refused_with_nothing_changed() -> None:
+    game, mx, my, *_ = _matrix_game("simplex", gameopt.Extragradient(0.1, update=gameopt.Adam()))
+    game.step()
+    before = game.state_dict()
+    game.losses = lambda: (mx.w.sum() * float("nan"), -my.w.sum())
+    with pytest.raises(gameopt.NonFiniteError):
+        game.step()
+    after = game.state_dict()
+    for a, b in zip(before["players"], after["players"]):
+        assert all(torch.equal(p, q) for p, q in zip(a["params"], b["params"]))

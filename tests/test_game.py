@@ -597,3 +597,24 @@ def test_step_works_inside_no_grad_and_inference_mode(make, mode) -> None:
         ref_losses = ref_game.step()
     assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))
     assert all(torch.equal(a, b) for a, b in zip(tg.params(), ref.params()))
+
+
+# torch.compile inspects a non-leaf input's .grad (d(g(x))) and PyTorch warns about it
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_compiled_modules_keep_their_names_and_checkpoints_move_between_compiled_and_eager() -> None:
+    def make(compiled):
+        torch.manual_seed(0)
+        gen = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2)).double()
+        disc = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+        g, d = (torch.compile(gen, backend="eager"), torch.compile(disc, backend="eager")) if compiled else (gen, disc)
+        x = torch.randn(16, 2, dtype=torch.float64)
+        return gameopt.Game([g, d], lambda: (-d(g(x)).mean(), d(g(x)).mean() - d(x).mean()))
+
+    compiled, eager = make(True), make(False)
+    assert [p.name for p in compiled.players] == [p.name for p in eager.players] == ["Sequential", "Sequential"]
+    compiled.step()
+    eager.load_state_dict(compiled.state_dict())
+    buffers = set(eager.state_dict()["players"][0]["buffers"])
+    assert buffers == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
+    with pytest.raises(ValueError, match="torch.compile'd modules do not support"):
+        gameopt.Game(list(compiled.players), compiled.losses, algorithm=gameopt.SGA(0.1))

@@ -942,3 +942,412 @@ def test_player_from_module_parameters_generator() -> None:
 
 def test_public_exports() -> None:
     assert gameopt.Player is Player and gameopt.FlatBuffer is FlatBuffer
+
+
+# ------------------------------------------- 19. the flat parameter in torch.optim
+class TiedNet(nn.Module):
+    """Two layers with biases, and an output layer tied to the input layer's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(3, 4).double()
+        self.hidden = nn.Linear(4, 4).double()
+        self.out = nn.Linear(4, 3, bias=False).double()
+        self.out.weight = nn.Parameter(torch.randn(3, 4, dtype=F64))
+        self.inp.weight = self.out.weight  # (3, 4) used as (4 → 3) and, transposed, (3 → 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.tanh(x @ self.inp.weight + self.inp.bias)
+        return self.out(torch.tanh(self.hidden(h)))
+
+
+FLAT_OPTIMIZERS = {
+    "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=0.01),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+    "lbfgs": lambda ps: torch.optim.LBFGS(ps, lr=0.5, max_iter=4, history_size=5),
+}
+
+
+def _regression(seed: int = 1) -> tuple[Tensor, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(16, 3, generator=g, dtype=F64), torch.randn(16, 3, generator=g, dtype=F64)
+
+
+def _train(module: nn.Module, opt: torch.optim.Optimizer, x: Tensor, y: Tensor) -> Tensor:
+    def closure() -> Tensor:
+        opt.zero_grad()  # set_to_none=True
+        loss = (module(x) - y).pow(2).mean()
+        loss.backward()
+        return loss
+
+    return opt.step(closure)
+
+
+@pytest.mark.parametrize("opt_name", list(FLAT_OPTIMIZERS))
+def test_torch_optim_on_the_flat_parameter_matches_per_parameter(opt_name: str) -> None:
+    m = TiedNet()
+    ref = copy.deepcopy(m)
+    assert ref.inp.weight is ref.out.weight
+    player = Player(m)
+    flat = player.params
+    assert flat.requires_grad is False and flat.is_leaf
+    opt = FLAT_OPTIMIZERS[opt_name]([flat])
+    ref_opt = FLAT_OPTIMIZERS[opt_name](ref.parameters())
+    x, y = _regression()
+    start = flat.clone()
+    for _ in range(4):
+        loss, ref_loss = _train(m, opt, x, y), _train(ref, ref_opt, x, y)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=0)
+        torch.testing.assert_close(flat, _flat(ref.parameters()), rtol=1e-12, atol=1e-14)
+        # the flat gradient is player.grad itself, never an accumulation of stale ones
+        assert flat.grad is player.grad
+        torch.testing.assert_close(flat.grad, _flat_grad(ref), rtol=1e-12, atol=1e-14)
+    assert not torch.allclose(flat, start)  # it did train
+    assert player.params is flat
+    _assert_fused(player)
+
+
+def test_flat_parameter_grad_across_zero_grad_and_backward() -> None:
+    m = _mlp(F64)
+    ref = copy.deepcopy(m)
+    player = Player(m)
+    flat = player.params
+    x = torch.linspace(-1, 1, 5, dtype=F64).unsqueeze(1)
+    opt = torch.optim.SGD([flat], lr=0.1)
+    for power in (2, 3):
+        opt.zero_grad()  # flat.grad = None: the flat gradient restarts from zeros
+        assert torch.count_nonzero(flat.grad) == 0
+        m(x).pow(power).sum().backward()
+        ref.zero_grad()
+        ref(x).pow(power).sum().backward()
+        g = flat.grad
+        assert g is player.grad and g.data_ptr() == player.buffers[0].grad.data_ptr()
+        assert torch.equal(g, _flat_grad(ref))
+        _assert_fused(player)
+    # an optimizer over module.parameters() resets the parameters' grads instead
+    module_opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    module_opt.zero_grad()
+    m(x).sum().backward()
+    ref.zero_grad()
+    ref(x).sum().backward()
+    assert flat.grad is player.grad and torch.equal(flat.grad, _flat_grad(ref))
+    # assigning a gradient writes it into the buffer and keeps the links
+    flat.grad = torch.ones(31, dtype=F64)
+    assert torch.equal(m[0].weight.grad, torch.ones(10, 1, dtype=F64)) and flat.grad is player.grad
+    with pytest.raises(RuntimeError, match="different size"):
+        flat.grad = torch.ones(30, dtype=F64)
+    del flat.grad
+    assert torch.count_nonzero(player.grad) == 0
+    _assert_fused(player)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, float("inf")])
+def test_clip_grad_norm_on_the_flat_parameter(norm_type: float) -> None:
+    m = TiedNet()
+    ref = copy.deepcopy(m)
+    player = Player(m)
+    x, y = _regression()
+    for mod in (m, ref):
+        (mod(x) - y).pow(2).sum().backward()
+    total = torch.nn.utils.clip_grad_norm_([player.params], 0.5, norm_type=norm_type)
+    ref_total = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5, norm_type=norm_type)
+    assert total > 0.5
+    torch.testing.assert_close(total, ref_total, rtol=1e-12, atol=0)
+    torch.testing.assert_close(player.grad, _flat_grad(ref), rtol=1e-12, atol=1e-15)
+    _assert_fused(player)
+
+
+def test_flat_parameter_with_align_padding_trains_like_the_module() -> None:
+    m = _mlp(F64)
+    ref = copy.deepcopy(m)
+    player = Player(m, align=64)
+    buf = player.buffers[0]
+    assert buf.numel > buf.num_elements
+    opt = torch.optim.Adam([player.params], lr=0.05)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.05)
+    x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
+    for _ in range(3):
+        _train(m, opt, x, x.sin())
+        _train(ref, ref_opt, x, x.sin())
+    assert torch.equal(_flat(m.parameters()), _flat(ref.parameters()))
+    assert torch.count_nonzero(player.params) == buf.num_elements - 0  # padding stayed zero
+    _assert_fused(player)
+
+
+def test_flat_parameter_follows_a_conversion() -> None:
+    m = _mlp(torch.float32)
+    ref = copy.deepcopy(m)
+    player = Player(m)
+    flat = player.params
+    opt = torch.optim.SGD([flat], lr=0.1)  # no state: it survives a dtype change
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x = torch.linspace(-1, 1, 6).unsqueeze(1)
+    _train(m, opt, x, x.cos())
+    _train(ref, ref_opt, x, x.cos())
+    m.double()
+    ref.double()
+    x = x.double()
+    for _ in range(3):
+        _train(m, opt, x, x.cos())
+        _train(ref, ref_opt, x, x.cos())
+    assert flat.dtype == F64 and player.params is flat
+    assert torch.equal(flat, _flat(ref.parameters())) and torch.equal(_flat(m.parameters()), flat)
+    _assert_fused(player)
+
+
+def test_flat_parameter_follows_load_state_dict_with_assign() -> None:
+    m, other = _mlp(F64, seed=0), _mlp(F64, seed=1)
+    player = Player(m)
+    flat = player.params
+    m.load_state_dict(other.state_dict(), assign=True)  # new Parameter objects
+    opt = torch.optim.SGD([flat], lr=0.1)
+    ref_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
+    for _ in range(2):
+        _train(m, opt, x, x.cos())
+        _train(other, ref_opt, x, x.cos())
+    assert player.params is flat and torch.equal(flat, _flat(other.parameters()))
+    _assert_fused(player)
+
+
+def test_flat_parameter_follows_into_a_game() -> None:
+    torch.manual_seed(0)
+    m, rival = _mlp(F64), nn.Linear(1, 1).double()
+    ref = copy.deepcopy(m)
+    player = Player(m)
+    flat = player.params
+    opt = torch.optim.Adam([flat], lr=0.05)  # built before the game
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.05)
+    x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
+    _train(m, opt, x, x.sin())
+    _train(ref, ref_opt, x, x.sin())
+    game = gameopt.Game([player, rival], lambda: (m(x).pow(2).mean(), rival(x).pow(2).mean()))
+    assert player.params is flat
+    assert _inside(flat, game.layout.data[0]) and all(_inside(p, game.layout.data[0]) for p in m.parameters())
+    for _ in range(3):
+        _train(m, opt, x, x.sin())
+        _train(ref, ref_opt, x, x.sin())
+    assert torch.equal(flat, _flat(ref.parameters())) and torch.equal(_flat(m.parameters()), flat)
+    # the game and the optimizer move one and the same storage
+    game.step()
+    assert torch.equal(flat, _flat(m.parameters())) and not torch.equal(flat, _flat(ref.parameters()))
+    _assert_fused(player)
+
+
+def test_flat_parameter_that_cannot_follow_raises() -> None:
+    m = _mlp(F64)
+    player = Player(m)
+    flat = player.params
+    opt = torch.optim.SGD([flat], lr=0.1)
+    m[2].float()  # the group splits in two: no single tensor can follow
+    assert player.check()
+    with pytest.raises(RuntimeError, match="no longer holds the module's parameters"):
+        opt.step()
+    with pytest.raises(RuntimeError, match="no longer holds"):
+        flat.add_(1.0)
+    with pytest.raises(ValueError, match="2 parameter groups"):
+        player.params  # noqa: B018
+    assert "stale" in repr(flat)
+    # the per-group flat parameters train the module
+    groups = [b.data for b in player.buffers]
+    assert [g.dtype for g in groups] == [F64, torch.float32]
+    before = [g.clone() for g in groups]
+    opt = torch.optim.SGD(groups, lr=0.1)
+    opt.zero_grad()
+    m[2](m[1](m[0](torch.ones(2, 1, dtype=F64))).float()).sum().backward()
+    opt.step()
+    assert all(not torch.equal(g, b) for g, b in zip(groups, before))
+    assert torch.equal(_flat(m.parameters()), torch.cat([groups[0], groups[1].double()]))
+
+
+def test_flat_parameter_held_by_a_graph_raises_instead_of_training_nothing() -> None:
+    m = _mlp(F64)
+    player = Player(m)
+    flat = player.params
+    w = torch.ones(31, dtype=F64, requires_grad=True)
+    kept = (flat * w).sum()  # the graph saves flat: it cannot move
+    m.float()
+    opt = torch.optim.SGD([flat], lr=0.1)
+    with pytest.raises(RuntimeError, match="no longer holds"):
+        opt.step()
+    assert player.params is not flat and player.params.dtype == torch.float32
+    del kept
+
+
+def test_flat_parameter_pickles_and_copies_as_a_plain_tensor(tmp_path) -> None:
+    player = Player(_mlp(F64))
+    flat = player.params
+    torch.save(flat, tmp_path / "flat.pt")
+    loaded = torch.load(tmp_path / "flat.pt", weights_only=True)
+    assert type(loaded) is Tensor and torch.equal(loaded, flat)
+    twin = copy.deepcopy(flat)
+    assert type(twin) is Tensor and torch.equal(twin, flat) and twin.data_ptr() != flat.data_ptr()
+    assert type(flat * 2) is Tensor
+
+
+def test_standalone_flat_buffer_refuses_a_stale_flat_parameter() -> None:
+    m = _mlp(F64)
+    buf = FlatBuffer(list(m.parameters()))
+    assert torch.equal(buf.data.grad, torch.zeros(31, dtype=F64))
+    m.float()
+    with pytest.raises(RuntimeError, match="no player to re-fuse"):
+        torch.optim.SGD([buf.data], lr=0.1).step()
+
+
+# ------------------------------------------ 20. parameters that change after fusing
+def test_parameter_added_after_fusing_joins_the_buffers() -> None:
+    m = _mlp(F64)
+    player = Player(m)
+    params = list(m.parameters())
+    values = player.params.clone()
+    assert player._registry_intact()
+    m.register_parameter("extra", nn.Parameter(torch.tensor([1.0, 2.0], dtype=F64)))
+    assert not player._registry_intact()
+    assert "'extra' was added to Sequential" in player.stale()
+    assert player.check() and player.stale() is None
+    # module.parameters() order: the Sequential's own parameter first
+    assert player.numel == 33 and all(p is q for p, q in zip(player.parameters, [m.extra, *params]))
+    assert all(p is q for p, q in zip(player.parameters, m.parameters()))
+    assert torch.equal(player.params, torch.cat([torch.tensor([1.0, 2.0], dtype=F64), values]))
+    # setattr of a new Parameter, and a new submodule with parameters
+    m[0].scale = nn.Parameter(torch.full((3,), 0.5, dtype=F64))
+    assert "'scale' was added to Linear" in player.stale()
+    m.add_module("head", nn.Linear(1, 2).double())
+    assert player.check() and player.numel == 33 + 3 + 4
+    assert all(any(p is q for q in player.parameters) for p in m.parameters())
+    x = torch.randn(3, 1, dtype=F64)
+    (m(x).sum() + m.extra.sum() + m[0].scale.sum() + m.head(x).sum()).backward()
+    _assert_fused(player)
+    assert torch.equal(m.extra.grad, torch.ones(2, dtype=F64))
+
+
+def test_parameter_set_where_none_was_joins_the_buffers() -> None:
+    m = nn.Linear(2, 2, bias=False).double()
+    player = Player(m)
+    m.bias = nn.Parameter(torch.ones(2, dtype=F64))
+    assert "'bias' of Linear was replaced" in player.stale()
+    assert player.check() and player.numel == 6
+    _assert_fused(player)
+
+
+def test_frozen_parameter_leaves_the_buffers_with_its_value() -> None:
+    m = _mlp(F64)
+    ref = copy.deepcopy(m)
+    player = Player(m)
+    flat = player.params
+    opt = torch.optim.SGD([flat], lr=0.1)
+    x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
+    _train(m, opt, x, x.sin())
+    frozen = m[0].bias
+    value, grad = frozen.detach().clone(), frozen.grad.clone()
+    frozen.requires_grad_(False)
+    assert "'bias' of Linear was frozen" in player.stale()
+    assert player.check() and player.numel == 21
+    assert all(p is not frozen for p in player.parameters)
+    assert player.params is flat and flat.shape == (21,)
+    # it keeps its value and gradient, in memory of its own
+    assert torch.equal(frozen, value) and torch.equal(frozen.grad, grad)
+    assert not _inside(frozen, flat) and not _inside(frozen.grad, player.grad)
+    assert frozen.requires_grad is False
+    # training goes on without it
+    ref[0].bias.requires_grad_(False)
+    with torch.no_grad():
+        for p, q in zip(ref.parameters(), m.parameters()):
+            p.copy_(q)
+    opt = torch.optim.SGD([flat], lr=0.1)
+    ref_opt = torch.optim.SGD(_trainable(ref), lr=0.1)
+    for _ in range(2):
+        _train(m, opt, x, x.sin())
+        _train(ref, ref_opt, x, x.sin())
+    assert torch.equal(frozen, value)
+    assert torch.equal(_flat(m.parameters()), _flat(ref.parameters()))
+    _assert_fused(player)
+    # unfreezing brings it back
+    frozen.requires_grad_(True)
+    assert "unfrozen" in player.stale()
+    assert player.check() and player.numel == 31 and _inside(frozen, player.params)
+    _assert_fused(player)
+
+
+def test_optimizer_on_the_flat_parameter_notices_a_freeze_by_itself() -> None:
+    m = _mlp(F64)
+    player = Player(m)
+    flat = player.params
+    opt = torch.optim.SGD([flat], lr=0.1)
+    x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
+    m[0].bias.requires_grad_(False)
+    frozen = m[0].bias.detach().clone()
+    for _ in range(2):
+        _train(m, opt, x, x.sin())  # reading flat.grad re-fuses: no check() needed
+    assert torch.equal(m[0].bias, frozen) and flat.shape == (21,) and player.numel == 21
+    _assert_fused(player)
+    # an optimizer with per-element state refuses the new layout loudly
+    momentum = torch.optim.SGD([flat], lr=0.1, momentum=0.9)
+    _train(m, momentum, x, x.sin())
+    m[0].bias.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="size"):
+        _train(m, momentum, x, x.sin())
+
+
+@pytest.mark.parametrize("how", ["del", "pop", "none"])
+def test_removed_parameter_leaves_the_buffers(how: str) -> None:
+    m = _mlp(F64)
+    player = Player(m)
+    gone = m[2].bias
+    value = gone.detach().clone()
+    if how == "del":
+        del m[2].bias
+    elif how == "pop":
+        m[2]._parameters.pop("bias")
+    else:
+        m[2].bias = None
+    assert player.stale() is not None
+    assert player.check() and player.numel == 30
+    assert all(p is not gone for p in player.parameters)
+    assert torch.equal(gone, value) and not _inside(gone, player.params)
+    _assert_fused(player)
+
+
+def test_replaced_submodule_is_noticed() -> None:
+    m = _mlp(F64)
+    player = Player(m)
+    old = m[0]
+    m[0] = nn.Linear(1, 10).double()
+    assert "submodule '0' of Sequential was replaced" in player.stale()
+    assert player.check()
+    assert player.parameters[0] is m[0].weight and all(p is not old.weight for p in player.parameters)
+    _assert_fused(player)
+
+
+def test_iterable_player_notices_freezing() -> None:
+    w = nn.Parameter(torch.ones(3, dtype=F64))
+    b = nn.Parameter(torch.zeros(2, dtype=F64))
+    player = Player([w, b])
+    b.requires_grad_(False)
+    assert "frozen" in player.stale()
+    assert player.check() and player.parameters == [w]
+
+
+def test_nothing_left_trainable_after_freezing_is_a_value_error() -> None:
+    m = nn.Linear(2, 1).double()
+    player = Player(m)
+    m.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        player.check()
+
+
+def test_game_trains_without_a_parameter_frozen_after_fusing() -> None:
+    torch.manual_seed(0)
+    m, rival = _mlp(F64), nn.Linear(1, 1).double()
+    x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
+    game = gameopt.Game([m, rival], lambda: (m(x).pow(2).mean(), rival(x).pow(2).mean()), algorithm=gameopt.SGA(0.1))
+    game.step()
+    m[0].bias.requires_grad_(False)
+    frozen = m[0].bias.detach().clone()
+    game.players[0].check()  # until Game._unchanged runs Player._registry_intact (game.py), re-fuse by hand
+    for _ in range(2):
+        game.step()
+    assert torch.equal(m[0].bias, frozen)
+    assert game.players[0].numel == 21
+    _assert_fused(game.players[0])

@@ -8,31 +8,46 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State
+from .base import Algorithm, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..game import Oracle
     from ..layout import Vec
 
+SIGN_NORMALIZERS = ("dimension", "tensors")
+
 
 class SGA(Algorithm):
-    """Symplectic gradient adjustment (Balduzzi et al. 2018; Letcher et al. 2019,
-    "Differentiable Game Mechanics"):
+    """Symplectic gradient adjustment (Balduzzi et al. 2018, "The Mechanics of
+    n-Player Differentiable Games"; Letcher et al. 2019, "Differentiable Game
+    Mechanics"):
 
     .. math::
         w_{t+1} = w_t - η \\, u(ξ + λ A^⊤ ξ), \\qquad A^⊤ξ = ½(J^⊤ξ - Jξ),
 
     with A = ½(J − Jᵀ) the antisymmetric part of the game Jacobian. With ``align``,
-    λ = |lam| · sign(⟨ξ, Jᵀξ⟩ ⟨Aᵀξ, Jᵀξ⟩ / d + ε), d the number of parameters,
-    computed on the device (no host sync).
+    λ's sign is chosen to align with the Hamiltonian's gradient ∇H = Jᵀξ
+    (Balduzzi et al. 2018, Algorithm 1), computed on the device (no host sync):
+
+    .. math:: λ = |λ_0| \\, \\mathrm{sign}\\big(⟨ξ, J^⊤ξ⟩ ⟨A^⊤ξ, J^⊤ξ⟩ / n + ε\\big).
+
+    The papers' text takes n = d, the number of parameters (``sign_normalizer=
+    "dimension"``, the default); the authors' code (the symplectic-gradient-
+    adjustment notebook) divides by the number of weight tensors instead
+    (``"tensors"``: the fused parameter tensors of all players, biases included).
+    The two differ only in how small the product must be for ε to decide the sign.
 
     Args:
         lr: η, one float or one per player.
-        lam: λ (its magnitude when ``align``).
+        lam: λ₀, a finite number (only its magnitude is used with ``align``).
         align: choose λ's sign to align with the Hamiltonian's gradient.
-        eps: ε in the sign rule.
+        eps: ε ≥ 0 in the sign rule (the papers use 1/10); with ε = 0 a zero
+            product gives λ = 0.
+        sign_normalizer: n in the sign rule, ``"dimension"`` or ``"tensors"``.
         update: per-player update rule (default: plain gradient).
     """
+
+    first_order = False
 
     def __init__(
         self,
@@ -41,8 +56,18 @@ class SGA(Algorithm):
         align: bool = True,
         eps: float = 0.1,
         update: UpdateRule | None = None,
+        sign_normalizer: str = "dimension",
     ) -> None:
-        super().__init__(lr, update, lam=float(lam), align=bool(align), eps=float(eps))
+        if sign_normalizer not in SIGN_NORMALIZERS:
+            raise ValueError(f"sign_normalizer must be one of {list(SIGN_NORMALIZERS)}, got {sign_normalizer!r}")
+        super().__init__(
+            lr,
+            update,
+            lam=check_number("lam", lam),
+            align=check_bool("align", align),
+            eps=check_number("eps", eps, low=0.0),
+            sign_normalizer=sign_normalizer,
+        )
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
@@ -51,8 +76,11 @@ class SGA(Algorithm):
         a_xi = list(torch._foreach_mul(torch._foreach_sub(jt_xi, lin.jvp(xi)), 0.5))
         lam = self.hyper["lam"]
         if self.hyper["align"]:
-            d = oracle.layout.num_elements
-            score = oracle.dot(xi, jt_xi) * oracle.dot(a_xi, jt_xi) / d + self.hyper["eps"]
+            if self.hyper["sign_normalizer"] == "dimension":
+                n = oracle.layout.num_elements
+            else:
+                n = sum(len(p.parameters) for p in oracle.game.players)
+            score = oracle.dot(xi, jt_xi) * oracle.dot(a_xi, jt_xi) / n + self.hyper["eps"]
             lam = abs(lam) * torch.sign(score)
             for t in a_xi:
                 t.mul_(lam.to(t.device, t.dtype))

@@ -1,0 +1,86 @@
+"""Packaging: what an installed gameopt offers outside the repository.
+
+Each check runs in a fresh interpreter whose working directory is a temporary
+folder, without ``PYTHONPATH``, so nothing of the repository is importable except
+what ``pip install`` put on the path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONWARNINGS"] = "error"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _check(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result.stdout
+
+
+def test_import_gameopt_loads_neither_scipy_nor_matplotlib(tmp_path) -> None:
+    out = _check(
+        _run(
+            textwrap.dedent(
+                """
+                import sys
+                import gameopt
+                heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("scipy", "matplotlib"))
+                assert not heavy, heavy
+                # the diagnostics stay one attribute away, and import SciPy when used
+                assert callable(gameopt.diagnostics.eigenvalues)
+                print("ok")
+                """
+            ),
+            tmp_path,
+        )
+    )
+    assert out.strip() == "ok"
+
+
+def test_players_package_is_installed_with_gameopt(tmp_path) -> None:
+    out = _check(
+        _run(
+            "import pathlib, players.gan2d, players.matrix_games, players.quadratic, players.ipd, gameopt\n"
+            "print(pathlib.Path(players.gan2d.__file__).resolve())",
+            tmp_path,
+        )
+    )
+    assert Path(out.strip()).name == "gan2d.py"
+
+
+def test_pyproject_packages_players() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert "players*" in include and "gameopt*" in include
+
+
+def _readme_python_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_readme_first_snippet_runs_from_any_folder(tmp_path) -> None:
+    snippet = _readme_python_blocks()[0]
+    assert "from players.gan2d import" in snippet and "batches" in snippet
+    fake_batches = (
+        "import torch\ntorch.manual_seed(0)\nbatches = [(torch.randn(8, 2), torch.randn(8, 2)) for _ in range(2)]\n"
+    )
+    code = fake_batches + snippet + "\nprint('losses', float(g_loss), float(d_loss))\n"
+    out = _check(_run(code, tmp_path))
+    assert out.startswith("losses ")

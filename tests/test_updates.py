@@ -1,0 +1,325 @@
+"""RMSProp as an update rule (torch.optim's and TF1's conventions) and SGA's sign
+rule (normalized by the dimension or by the number of weight tensors), against
+torch.optim.RMSprop and closed forms, iterate for iterate in float64."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from games import GAMES, ref_trajectory
+from torch import Tensor, nn
+
+import gameopt
+
+
+def _lrs(n: int) -> list[float]:
+    return [0.05 + 0.02 * i for i in range(n)]
+
+
+class RefRMSProp:
+    """The closed form, in the interface of games.RefRule: v ← ρ v + (1 − ρ) d²,
+    out = d / (√v + ε) from v = 0 ("torch") or d / √(v + ε) from v = 1 ("tf1")."""
+
+    def __init__(self, decay: float, eps: float, convention: str) -> None:
+        self.decay, self.eps, self.convention = decay, eps, convention
+        self.state: dict = {}
+
+    def __call__(self, ds: list[Tensor]) -> list[Tensor]:
+        start = 0.0 if self.convention == "torch" else 1.0
+        v = self.state.get("v", [torch.full_like(d, start) for d in ds])
+        v = [self.decay * vi + (1 - self.decay) * d * d for vi, d in zip(v, ds)]
+        self.state["v"] = v
+        if self.convention == "torch":
+            return [d / (vi.sqrt() + self.eps) for d, vi in zip(ds, v)]
+        return [d / (vi + self.eps).sqrt() for d, vi in zip(ds, v)]
+
+
+# ------------------------------------------------------------------ RMSProp
+@pytest.mark.parametrize("game_name", ["bilinear", "quadratic", "nonquadratic"])
+@pytest.mark.parametrize("decay, eps", [(0.99, 1e-8), (0.5, 1e-3), (0, 0.1)])
+def test_rmsprop_torch_matches_torch_optim_rmsprop(game_name, decay, eps) -> None:
+    """SimGD with RMSProp(convention="torch") is torch.optim.RMSprop on each player's
+    own loss (one optimizer per player, its own learning rate) on an unfused copy."""
+    tg = GAMES[game_name]()
+    lrs = _lrs(len(tg.init))
+    game = tg.build(gameopt.SimGD(lrs, update=gameopt.RMSProp(decay, eps)))
+    ws = [nn.Parameter(w.clone()) for w in tg.init]
+    opts = [torch.optim.RMSprop([w], lr=lr, alpha=decay, eps=eps) for w, lr in zip(ws, lrs)]
+    for t in range(10):
+        losses = tg.losses_fn(ws)
+        grads = [torch.autograd.grad(f, w, retain_graph=True)[0] for f, w in zip(losses, ws)]
+        for w, g, opt in zip(ws, grads, opts):
+            w.grad = g
+            opt.step()
+        game.step()
+        for mine, ref in zip(tg.params(), ws):
+            torch.testing.assert_close(mine, ref.detach(), rtol=1e-12, atol=1e-14, msg=f"step {t}")
+
+
+@pytest.mark.parametrize("game_name", ["bilinear", "quadratic"])
+def test_rmsprop_tf1_matches_tf1_formula(game_name) -> None:
+    """TF1: ms starts at 1, ms ← ρ ms + (1 − ρ) g², w ← w − η g / √(ms + ε), written out here."""
+    tg = GAMES[game_name]()
+    lrs = _lrs(len(tg.init))
+    game = tg.build(gameopt.SimGD(lrs, update=gameopt.RMSProp(decay=0.9, eps=1e-10, convention="tf1")))
+    ws = [w.clone() for w in tg.init]
+    ms = [torch.ones_like(w) for w in ws]
+    for t in range(10):
+        g = tg.xi_ref(ws)
+        ms = [0.9 * m + 0.1 * gi**2 for m, gi in zip(ms, g)]
+        ws = [w - lr * gi / torch.sqrt(m + 1e-10) for w, gi, m, lr in zip(ws, g, ms, lrs)]
+        game.step()
+        for mine, ref in zip(tg.params(), ws):
+            torch.testing.assert_close(mine, ref, rtol=1e-12, atol=1e-14, msg=f"step {t}")
+
+
+def test_defaults_are_the_conventions_defaults() -> None:
+    torch_rule, tf1_rule = gameopt.RMSProp(), gameopt.RMSProp(convention="tf1")
+    assert (torch_rule.decay, torch_rule.eps) == (0.99, 1e-8)  # torch.optim.RMSprop's alpha, eps
+    assert (tf1_rule.decay, tf1_rule.eps) == (0.9, 1e-10)  # tf.train.RMSPropOptimizer's decay, epsilon
+    like = [torch.zeros(3)]
+    assert torch.equal(torch_rule.init(like)["v"][0], torch.zeros(3))
+    assert torch.equal(tf1_rule.init(like)["v"][0], torch.ones(3))
+    assert "convention='tf1'" in repr(tf1_rule)
+
+
+@pytest.mark.parametrize("convention", ["torch", "tf1"])
+@pytest.mark.parametrize("algo", ["simgd", "eg", "optimistic"])
+def test_rmsprop_inside_first_order_algorithms(algo, convention) -> None:
+    """Inside Extragradient both evaluations advance v; inside Optimistic one does."""
+    tg = GAMES["nonquadratic"]()
+    lrs = _lrs(3)
+    make = {"simgd": gameopt.SimGD, "eg": gameopt.Extragradient, "optimistic": gameopt.Optimistic}[algo]
+    expected = ref_trajectory(tg, algo, lrs, 7, rule=RefRMSProp(0.8, 1e-3, convention))
+    game = tg.build(make(lrs, update=gameopt.RMSProp(0.8, 1e-3, convention=convention)))
+    for t in range(7):
+        game.step()
+        for w, ref in zip(tg.params(), expected[t]):
+            torch.testing.assert_close(w, ref, rtol=1e-12, atol=1e-12, msg=f"step {t}")
+
+
+def _sga_direction(xi: Tensor, J: Tensor, lam: float, eps: float, n: int) -> Tensor:
+    """ξ + λ Aᵀξ with λ = |λ₀| sign(⟨ξ, Jᵀξ⟩⟨Aᵀξ, Jᵀξ⟩ / n + ε)."""
+    jt = J.T @ xi
+    a_xi = 0.5 * (J.T @ xi - J @ xi)
+    return xi + lam * torch.sign((xi @ jt) * (a_xi @ jt) / n + eps) * a_xi
+
+
+@pytest.mark.parametrize("convention", ["torch", "tf1"])
+@pytest.mark.parametrize("method", ["consensus", "sga"])
+def test_rmsprop_inside_second_order_algorithms(method, convention) -> None:
+    """w ← w − η RMSProp(ξ + γ Jᵀξ) and w ← w − η RMSProp(ξ + λ Aᵀξ): one advance of v per step."""
+    tg = GAMES["quadratic"]()
+    lrs = _lrs(3)
+    rule = gameopt.RMSProp(0.7, 1e-4, convention=convention)
+    algo = (
+        gameopt.ConsensusOptimization(lrs, 0.3, update=rule)
+        if method == "consensus"
+        else gameopt.SGA(lrs, 0.8, update=rule)
+    )
+    game = tg.build(algo)
+    ref = RefRMSProp(0.7, 1e-4, convention)
+    ws = [w.clone() for w in tg.init]
+    sizes = [w.numel() for w in ws]
+    for t in range(6):
+        xi, J = torch.cat(tg.xi_ref(ws)), tg.jac_ref(ws)
+        d = xi + 0.3 * J.T @ xi if method == "consensus" else _sga_direction(xi, J, 0.8, 0.1, xi.numel())
+        out = ref([d])[0]
+        ws = [w - lr * o for w, o, lr in zip(ws, torch.split(out, sizes), lrs)]
+        game.step()
+        torch.testing.assert_close(torch.cat(tg.params()), torch.cat(ws), rtol=1e-10, atol=1e-12, msg=f"step {t}")
+
+
+RESUMED = {
+    "SimGD": lambda lr, rule: gameopt.SimGD(lr, update=rule),
+    "AltGD": lambda lr, rule: gameopt.AltGD(lr, update=rule),
+    "Extragradient": lambda lr, rule: gameopt.Extragradient(lr, update=rule),
+    "Optimistic": lambda lr, rule: gameopt.Optimistic(lr, update=rule),
+    "Consensus": lambda lr, rule: gameopt.ConsensusOptimization(lr, 0.5, update=rule),
+    "SGA-tensors": lambda lr, rule: gameopt.SGA(lr, update=rule, sign_normalizer="tensors"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("convention", ["torch", "tf1"])
+@pytest.mark.parametrize("name", list(RESUMED))
+def test_resume_is_bit_exact(name, convention, dtype) -> None:
+    """Four steps, a state_dict through torch.save/load (weights_only), four more:
+    the same bits as eight straight steps."""
+    tg = GAMES["nonquadratic"]()
+    lrs = _lrs(3)
+
+    def make() -> gameopt.Algorithm:
+        return RESUMED[name](lrs, gameopt.RMSProp(convention=convention))
+
+    game = tg.build(make(), dtype=dtype)
+    for _ in range(8):
+        game.step()
+    straight = tg.params()
+    game = tg.build(make(), dtype=dtype)
+    for _ in range(4):
+        game.step()
+    buf = io.BytesIO()
+    torch.save(game.state_dict(), buf)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    resumed = tg.build(make(), dtype=dtype)
+    resumed.load_state_dict(saved)
+    for _ in range(4):
+        resumed.step()
+    for a, b in zip(tg.params(), straight):
+        assert a.dtype == dtype
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("convention", ["torch", "tf1"])
+def test_apply_leaves_its_inputs_and_writes_into_empty(convention) -> None:
+    rule = gameopt.RMSProp(0.9, 1e-6, convention=convention)
+    d = [torch.randn(5, dtype=torch.float64), torch.randn(2, dtype=torch.float64)]
+    state = {"v": [torch.rand(5, dtype=torch.float64), torch.rand(2, dtype=torch.float64)]}
+    d0, v0 = [t.clone() for t in d], [t.clone() for t in state["v"]]
+    handed: list[Tensor] = []
+
+    def empty() -> list[Tensor]:
+        out = [torch.full_like(t, float("nan")) for t in d]
+        handed.extend(out)
+        return out
+
+    out, new = rule.apply(d, state, empty)
+    assert all(torch.equal(a, b) for a, b in zip(d, d0))
+    assert all(torch.equal(a, b) for a, b in zip(state["v"], v0))
+    ids = {id(t) for t in handed}
+    assert all(id(t) in ids for t in [*out, *new["v"]])
+    assert all(torch.isfinite(t).all() for t in [*out, *new["v"]])
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        ({"decay": 1.0}, "decay"),
+        ({"decay": -0.1}, "decay"),
+        ({"decay": math.nan}, "decay"),
+        ({"decay": True}, "decay"),
+        ({"decay": "0.9"}, "decay"),
+        ({"eps": -1e-8}, "eps"),
+        ({"eps": math.inf}, "eps"),
+        ({"eps": math.nan}, "eps"),
+        ({"eps": False}, "eps"),
+        ({"convention": "tf2"}, "convention"),
+    ],
+)
+def test_rmsprop_bad_arguments_raise_a_value_error_naming_them(kw, name) -> None:
+    with pytest.raises(ValueError, match=name):
+        gameopt.RMSProp(**kw)
+
+
+def test_rmsprop_ints_are_numbers() -> None:
+    rule = gameopt.RMSProp(decay=0, eps=1)
+    assert rule.decay == 0.0 and isinstance(rule.decay, float) and rule.eps == 1.0
+
+
+# ------------------------------------------------------------ SGA's sign rule
+def _indefinite_game() -> tuple[list[Tensor], Callable[..., list[Tensor]], Callable[[Tensor], Tensor], Tensor]:
+    """Player 0 holds two 1-element tensors x = (x₁, x₂), player 1 one tensor y ∈ R²:
+    f₀ = −½‖x‖² + xᵀBy + aᵀx, f₁ = ½‖y‖² − yᵀBᵀx, so ξ = (−x + By + a, y − Bᵀx),
+    J = [[−I, B], [−Bᵀ, I]] (d = 4 parameters in n = 3 weight tensors). Its symmetric
+    part is indefinite, so ⟨ξ, Jᵀξ⟩⟨Aᵀξ, Jᵀξ⟩ can be negative."""
+    B = torch.tensor([[2.0, -1.0], [0.5, 1.5]], dtype=torch.float64)
+    a = torch.tensor([3.0, -2.0], dtype=torch.float64)
+    init = [torch.tensor([0.4], dtype=torch.float64), torch.tensor([-0.3], dtype=torch.float64)]
+    init.append(torch.tensor([0.2, 0.1], dtype=torch.float64))
+
+    def losses(ws):
+        x, y = torch.cat(ws[:2]), ws[2]
+        return [-0.5 * x @ x + x @ B @ y + a @ x, 0.5 * y @ y - y @ B.T @ x]
+
+    def xi(w):  # w: the flat joint vector
+        x, y = w[:2], w[2:]
+        return torch.cat([-x + B @ y + a, y - B.T @ x])
+
+    eye = torch.eye(2, dtype=torch.float64)
+    J = torch.cat([torch.cat([-eye, B], 1), torch.cat([-B.T, eye], 1)])
+    return init, losses, xi, J
+
+
+def _build_indefinite(algorithm: gameopt.Algorithm) -> tuple[gameopt.Game, list[nn.Parameter]]:
+    init, losses, _, _ = _indefinite_game()
+    ws = [nn.Parameter(w.clone()) for w in init]
+    players = [gameopt.Player(ws[:2], name="x"), gameopt.Player(ws[2:], name="y")]
+    return gameopt.Game(players, lambda: losses(ws), algorithm=algorithm), ws
+
+
+def _sign_product(w: Tensor) -> float:
+    _, _, xi_fn, J = _indefinite_game()
+    xi = xi_fn(w)
+    jt = J.T @ xi
+    return float((xi @ jt) * ((0.5 * (J.T @ xi - J @ xi)) @ jt))
+
+
+def test_sign_normalizers_follow_their_closed_forms_and_differ() -> None:
+    """With ε between |p|/d and |p|/n (p < 0 the product), the paper's text
+    (n = d = 4 parameters) keeps λ > 0 where the authors' code (n = 3 weight
+    tensors) flips it; each follows w ← w − η(ξ + λ Aᵀξ) with its own n."""
+    init, _, xi_fn, J = _indefinite_game()
+    w0 = torch.cat(init)
+    p = _sign_product(w0)
+    assert p < 0
+    eps = abs(p) * (1 / 4 + 1 / 3) / 2
+    lrs = [0.01, 0.02]
+    eta = torch.tensor([0.01, 0.01, 0.02, 0.02], dtype=torch.float64)
+    first = {}
+    for normalizer, n in (("dimension", 4), ("tensors", 3)):
+        game, ws = _build_indefinite(gameopt.SGA(lrs, lam=0.7, eps=eps, sign_normalizer=normalizer))
+        w = w0.clone()
+        for t in range(5):
+            w = w - eta * _sga_direction(xi_fn(w), J, 0.7, eps, n)
+            game.step()
+            got = torch.cat([v.detach() for v in ws])
+            torch.testing.assert_close(got, w, rtol=1e-12, atol=1e-13, msg=f"{normalizer}, step {t}")
+            if t == 0:
+                first[normalizer] = got
+    step_d, step_t = first["dimension"] - w0, first["tensors"] - w0
+    assert not torch.allclose(step_d, step_t)
+    a_xi = 0.5 * (J.T @ xi_fn(w0) - J @ xi_fn(w0))
+    torch.testing.assert_close(step_d - step_t, -eta * 2 * 0.7 * a_xi)  # λ = +0.7 against −0.7
+
+
+def test_tensors_normalizer_counts_the_fused_tensors_of_all_players() -> None:
+    game, _ = _build_indefinite(gameopt.SGA(0.01, sign_normalizer="tensors"))
+    assert sum(len(p.parameters) for p in game.players) == 3
+    assert game.layout.num_elements == 4
+
+
+def test_default_sign_normalizer_is_the_papers_dimension() -> None:
+    sga = gameopt.SGA()
+    assert sga.hyper["sign_normalizer"] == "dimension"
+    assert "sign_normalizer='dimension'" in repr(sga)
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        ({"lam": math.nan}, "lam"),
+        ({"lam": math.inf}, "lam"),
+        ({"lam": True}, "lam"),
+        ({"lam": "1"}, "lam"),
+        ({"eps": math.nan}, "eps"),
+        ({"eps": -0.1}, "eps"),
+        ({"eps": math.inf}, "eps"),
+        ({"eps": False}, "eps"),
+        ({"align": 1}, "align"),
+        ({"sign_normalizer": "parameters"}, "sign_normalizer"),
+    ],
+)
+def test_sga_bad_arguments_raise_a_value_error_naming_them(kw, name) -> None:
+    with pytest.raises(ValueError, match=name):
+        gameopt.SGA(**kw)
+
+
+def test_sga_ints_are_numbers() -> None:
+    sga = gameopt.SGA(1, lam=2, eps=0)
+    assert sga.hyper["lam"] == 2.0 and sga.hyper["eps"] == 0.0
