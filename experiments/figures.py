@@ -10,7 +10,18 @@ import importlib
 import sys
 import time
 
-EXPERIMENTS = ["bilinear", "dirac_gan", "n_player", "opponent_shaping", "spectrum", "mixture_gan", "digits_gan", "demo"]
+EXPERIMENTS = [
+    "bilinear",
+    "dirac_gan",
+    "n_player",
+    "opponent_shaping",
+    "spectrum",
+    "matrix_games",
+    "constrained_learning",
+    "mixture_gan",
+    "digits_gan",
+    "demo",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -227,3 +227,33 @@ def test_a_non_finite_step_on_a_constrained_game_is_refused_with_nothing_changed
     after = game.state_dict()
     for a, b in zip(before["players"], after["players"]):
         assert all(torch.equal(p, q) for p, q in zip(a["params"], b["params"]))
+
+
+# ------------------------------------------------------------ known behaviour
+def _gap_after(method: str, payoff: torch.Tensor, steps: int, seed: int = 0) -> float:
+    from experiments.matrix_games import trajectory
+
+    return trajectory(method, 0.1, payoff, steps, seed=seed, every=steps)[-1]
+
+
+def test_projected_extragradient_reaches_the_linear_programs_value_on_random_games() -> None:
+    from experiments.matrix_games import build, game_value
+    from players.matrix_games import random_zero_sum
+
+    for seed in (0, 1, 2):
+        payoff = random_zero_sum(5, seed)
+        game, x, y = build("peg", 0.1, payoff, seed)
+        for _ in range(3000):
+            game.step()
+        gap = float((payoff @ y.p.detach()).max() - (x.p.detach() @ payoff).min())
+        assert gap < 1e-6  # linear convergence: far below on every machine
+        assert abs(float(x.p.detach() @ payoff @ y.p.detach()) - game_value(payoff)) < 1e-6
+
+
+def test_optimistic_multiplicative_weights_converges_on_rock_paper_scissors_where_plain_does_not() -> None:
+    from players.matrix_games import ROCK_PAPER_SCISSORS as RPS
+
+    start = _gap_after("omwu", RPS, 0)
+    omwu, mwu = _gap_after("omwu", RPS, 3000), _gap_after("mwu", RPS, 3000)
+    assert omwu < start / 10  # the last iterate approaches the equilibrium
+    assert mwu > start  # multiplicative weights spirals out towards the boundary
