@@ -13,6 +13,7 @@ import torch
 from experiments.common import (
     Run,
     algorithm_from_args,
+    building_game,
     check_args,
     main_guard,
     make_algorithm,
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         make_figures(args.no_progress)
         return 0
     check_args(args)
-    game, x, y = build(algorithm_from_args(args), args.seed)
+    with building_game():
+        game, x, y = build(algorithm_from_args(args), args.seed)
     run = Run("bilinear", args, run_config(args, dim=DIM))
     extra: dict = {}
     start = run.resume(game, extra)

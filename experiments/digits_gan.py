@@ -27,6 +27,7 @@ import gameopt
 from experiments.common import (
     Run,
     UsageError,
+    building_game,
     check_args,
     check_positive,
     hyperparameters,
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     check_positive(args, "batch", "width", "log_every", "threads")
     algorithm = gan_algorithm(args.algorithm, lr_from_args(args), hyperparameters(args), BETAS)
     torch.set_num_threads(args.threads)
-    setup = Setup(algorithm, args.seed, images, args.width, args.batch)
+    with building_game():
+        setup = Setup(algorithm, args.seed, images, args.width, args.batch)
     scorer = Scorer(images, labels)
     config = run_config(args, batch=args.batch, width=args.width, latent=LATENT, log_every=args.log_every)
     run = Run("digits_gan", args, config)

@@ -29,6 +29,7 @@ from experiments.common import (
     Run,
     UsageError,
     algorithm_from_args,
+    building_game,
     check_args,
     main_guard,
     make_algorithm,
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
         if args.r1 < 0:
             raise UsageError(f"--r1 must be non-negative, got {args.r1}")
-        game, gen, disc = build(algorithm_from_args(args), tuple(args.start), args.r1)
+        with building_game():
+            game, gen, disc = build(algorithm_from_args(args), tuple(args.start), args.r1)
         config = run_config(args, r1=args.r1, start=args.start)
         run = Run("dirac_gan", args, config)
         extra: dict = {}

@@ -18,6 +18,7 @@ import gameopt
 from experiments.common import (
     Run,
     UsageError,
+    building_game,
     check_args,
     lr_from_args,
     main_guard,
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("matrix_games takes no --hp: the method fixes the algorithm")
     payoff = payoff_matrix(args.game, args.seed)
     with one_thread():
-        game, x, y = build(args.method, lr_from_args(args), payoff, args.seed)
+        with building_game():
+            game, x, y = build(args.method, lr_from_args(args), payoff, args.seed)
         value = game_value(payoff)
         config = run_config(args, game=args.game, method=args.method)
         run = Run("matrix_games", args, config)

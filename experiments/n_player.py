@@ -32,6 +32,7 @@ from experiments.common import (
     Run,
     UsageError,
     algorithm_from_args,
+    building_game,
     check_args,
     main_guard,
     make_algorithm,
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.coupling >= 0:
             raise UsageError(f"--coupling must be non-negative, got {args.coupling}")
         q = make_game(args.game, args.players, args.dim, args.coupling, args.game_seed)
-        game, players = build(algorithm_from_args(args), q, args.seed)
+        with building_game():
+            game, players = build(algorithm_from_args(args), q, args.seed)
         w_star = torch.cat(q.nash_equilibrium())
         config = run_config(
             args,

@@ -35,6 +35,7 @@ import gameopt
 from experiments.common import (
     Run,
     UsageError,
+    building_game,
     check_args,
     figures_dir,
     hyperparameters,
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         args.steps = args.steps if args.steps is not None else spec.steps
         check_args(args)
         hyper = {**default_hyper(args.game, args.algorithm), **hyperparameters(args)}
-        game, p1, p2 = build(args.game, make_algorithm(args.algorithm, lr_from_args(args), dict(hyper)), args.seed)
+        algorithm = make_algorithm(args.algorithm, lr_from_args(args), dict(hyper))
+        with building_game():
+            game, p1, p2 = build(args.game, algorithm, args.seed)
         config = {**run_config(args, game=args.game), "hp": hyper}
         if args.game == "ipd":
             config["gamma"] = GAMMA

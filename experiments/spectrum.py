@@ -25,6 +25,7 @@ from experiments.common import (
     Run,
     UsageError,
     algorithm_from_args,
+    building_game,
     check_args,
     main_guard,
     one_thread,
@@ -68,7 +69,8 @@ def spectrum_steps(steps: int, count: int = 5) -> list[int]:
 def train(args_like, run: Run | None = None) -> dict:
     """Train; log diagnostics every ``log_every`` steps and the full spectrum at
     :func:`spectrum_steps`. Returns the rows, the spectra and final samples."""
-    game, gen, disc = build(args_like.algorithm_obj, args_like.seed, args_like.hidden)
+    with building_game():
+        game, gen, disc = build(args_like.algorithm_obj, args_like.seed, args_like.hidden)
     x_eval, z_eval = eval_batch(args_like.seed)
     data = torch.Generator().manual_seed(args_like.seed)
     extra: dict = {"data": data, "spectra": []}

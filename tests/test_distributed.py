@@ -204,8 +204,12 @@ def _worker_entry(rank: int, world: int, port: int, tmp: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.trajectory
 def test_torchrun_mixture_gan_matches_one_process(tmp_path) -> None:
-    """The documented launch: torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed."""
+    """The documented launch: torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed.
+    Two ranks sum the batch in another order than one process: the float32
+    parameters differ by rounding, so a sample near a mode's 3σ border may land
+    on the other side (1 of the 2500 evaluation samples is 0.04 %)."""
     import os
     import subprocess
     import sys
@@ -228,5 +232,49 @@ def test_torchrun_mixture_gan_matches_one_process(tmp_path) -> None:
     b = [line.split(",") for line in (tmp_path / "one" / "metrics.csv").read_text().splitlines()[1:]]
     assert len(a) == len(b) == 3
     for ra, rb in zip(a, b):  # step, modes, high-quality %: functions of the parameters
-        for x, y in zip(ra[:3], rb[:3]):  # (the logged losses are each rank's own shard's)
-            assert float(x) == pytest.approx(float(y), rel=1e-4, abs=1e-5)
+        assert ra[0] == rb[0]  # (the logged losses are each rank's own shard's)
+        assert abs(float(ra[1]) - float(rb[1])) <= 1, (ra, rb)  # modes
+        assert abs(float(ra[2]) - float(rb[2])) <= 0.2, (ra, rb)  # high-quality %: 5 samples of 2500
+
+
+def test_a_stopped_rank_makes_the_others_fail_within_the_timeout(tmp_path) -> None:
+    """SIGSTOP one of two ranks mid-run: the other gives up after --timeout seconds
+    with a one-line error naming it (it used to wait forever). The ranks are
+    started as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR/PORT)."""
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    port, timeout, out = _free_port(), 3, tmp_path / "run"
+    cmd = [sys.executable, "-m", "experiments.mixture_gan", "--distributed", "--timeout", str(timeout)]
+    cmd += ["--steps", "1000000", "--hidden", "16", "--batch", "32", "--log-every", "5", "--no-progress"]
+    ranks = []
+    for rank in range(2):
+        env = {**os.environ, "PYTHONPATH": str(root), "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        env.update(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        ranks.append(
+            subprocess.Popen([*cmd, "--out", str(out)], cwd=root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        )  # fmt: skip
+    survivor, stopped = ranks
+    try:
+        deadline = time.time() + 120
+        metrics = out / "metrics.csv"
+        while not (metrics.exists() and metrics.read_text().count("\n") > 2):  # training is under way
+            assert time.time() < deadline and survivor.poll() is None, survivor.stderr.read()
+            time.sleep(0.05)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        t0 = time.time()
+        _, err = survivor.communicate(timeout=timeout + 60)
+        waited = time.time() - t0
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()  # SIGKILL ends a stopped process too
+            proc.communicate()
+    assert survivor.returncode not in (0, None)
+    assert waited < timeout + 30, waited  # (the margin: a busy machine)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "did not answer within --timeout 3 s" in lines[0]

@@ -34,6 +34,9 @@ def test_help() -> None:
         res = _run(module, "--help")
         assert res.returncode == 0, res.stderr
         assert "--algorithm" in res.stdout and "--figures" in res.stdout and "--resume" in res.stdout
+        assert "--overwrite" in res.stdout
+        if module == "experiments.mixture_gan":  # data-parallel: how long a rank waits for the others
+            assert "--timeout SECONDS" in res.stdout and "torchrun" in res.stdout
 
 
 @pytest.mark.parametrize(
