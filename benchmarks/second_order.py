@@ -1,11 +1,13 @@
-"""Second-order methods: step cost as a multiple of one plain-PyTorch ξ, ACGD
-against the authors' ``cgds`` at equal tolerance (iterates checked), and the
-number of reverse passes of LOLA/SOS against the number of players.
+"""Second-order methods: step cost against the barest plain-PyTorch code for the
+same step (zero-sum pairs), and as a multiple of one plain-PyTorch ξ (general-sum
+pairs); ACGD against the authors' ``cgds`` at equal tolerance (iterates checked),
+and the number of reverse passes of LA/LOLA/SOS against the number of players.
 
     python -m benchmarks.second_order [--quick]
 
 Same protocol as ``benchmarks.step_cost`` (interleaved rounds, median of per-round
-ratios) on the same two GAN pairs.
+ratios) on the same two GAN pairs: zero-sum (losses (−f, f), f the discriminator's
+loss) for the bare references, and the non-saturating (general-sum) losses.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import gameopt
@@ -78,6 +81,95 @@ def check_by_hand(pair: Pair) -> None:
         a = torch.cat([p.detach().reshape(-1) for pl in game.players for p in pl.module.parameters()])
         b = torch.cat([p.detach().reshape(-1) for p in theirs.params])  # type: ignore[attr-defined]
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=f"{method} by hand differs from gameopt")
+
+
+# ----------------------------------------------------------- zero-sum pairs
+def zero_sum_f(G: nn.Module, D: nn.Module, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """f: the discriminator's loss; the generator minimizes −f."""
+    return F.softplus(-D(x)).mean() + F.softplus(D(G(z))).mean()
+
+
+ZERO_SUM: dict[str, Callable[[bool], gameopt.Algorithm]] = {
+    "HamiltonianGD": lambda zs: gameopt.HamiltonianGD(LR, zero_sum=zs),
+    "Consensus": lambda zs: gameopt.ConsensusOptimization(LR, gamma=0.1, zero_sum=zs),
+    "SGA": lambda zs: gameopt.SGA(LR, zero_sum=zs),
+}
+
+
+def zero_sum_step(pair: Pair, make: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+    G, D = pair.fresh()
+
+    def losses(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = zero_sum_f(G, D, x, z)
+        return -f, f
+
+    game = gameopt.Game([gameopt.Player(G, name="G"), gameopt.Player(D, name="D")], losses, algorithm=make())
+    x, z = pair.x, pair.z
+
+    def step() -> object:
+        return game.step(x, z)
+
+    step.game = game  # type: ignore[attr-defined]
+    return step
+
+
+def bare(pair: Pair, method: str, batched: bool = False) -> Callable[[], object]:
+    """The barest plain-PyTorch step on the zero-sum pair (unfused modules): one
+    forward, one ``create_graph`` backward of f against all parameters, then
+    Hessian-vector products (Jᵀξ = H∇f, Jξ = S·Hξ; SGA's two in sequence, or
+    ``batched`` in one double backward) and a ``torch._foreach`` update."""
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    params, n_g = gp + dp, len(gp)
+    x, z = pair.x, pair.z
+    d = sum(p.numel() for p in params)
+
+    def dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([torch.dot(s.reshape(-1), t.reshape(-1)) for s, t in zip(a, b)]).sum()
+
+    def step() -> None:
+        g = torch.autograd.grad(zero_sum_f(G, D, x, z), params, create_graph=True)
+        grad_f = [t.detach() for t in g]
+        if method != "SGA":
+            h = torch.autograd.grad(g, params, grad_outputs=grad_f)  # Jᵀξ = H∇f
+            with torch.no_grad():
+                if method == "Consensus":  # ξ = (−∇_G f, ∇_D f)
+                    torch._foreach_add_(gp, grad_f[:n_g], alpha=LR)
+                    torch._foreach_add_(dp, grad_f[n_g:], alpha=-LR)
+                torch._foreach_add_(params, h, alpha=-LR * (0.1 if method == "Consensus" else 1.0))
+            return
+        xi = [-t for t in grad_f[:n_g]] + grad_f[n_g:]
+        if batched:
+            both = [torch.stack([a, b]) for a, b in zip(grad_f, xi)]
+            h = torch.autograd.grad(g, params, grad_outputs=both, is_grads_batched=True)
+            jt, hx = [t[0] for t in h], [t[1] for t in h]
+        else:
+            jt = torch.autograd.grad(g, params, grad_outputs=grad_f, retain_graph=True)
+            hx = torch.autograd.grad(g, params, grad_outputs=xi)
+        with torch.no_grad():  # Aᵀξ = ½(Jᵀξ − SHξ)
+            a = list(torch._foreach_add(jt[:n_g], hx[:n_g])) + list(torch._foreach_sub(jt[n_g:], hx[n_g:]))
+            torch._foreach_mul_(a, 0.5)
+            lam = torch.sign(dot(xi, jt) * dot(a, jt) / d + 0.1)
+            torch._foreach_mul_(a, lam)
+            torch._foreach_add_(a, xi)
+            torch._foreach_add_(params, a, alpha=-LR)
+
+    step.params = params  # type: ignore[attr-defined]
+    return step
+
+
+def check_bare(pair: Pair) -> None:
+    """The bare references and both gameopt paths take the same step."""
+    for method, make in ZERO_SUM.items():
+        theirs = bare(pair, method)
+        theirs()
+        b = torch.cat([p.detach().reshape(-1) for p in theirs.params])  # type: ignore[attr-defined]
+        for zs in (True, False):
+            ours = zero_sum_step(pair, lambda make=make, zs=zs: make(zs))
+            ours()
+            game = ours.game  # type: ignore[attr-defined]
+            a = torch.cat([p.detach().reshape(-1) for pl in game.players for p in pl.module.parameters()])
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=f"{method} bare differs from gameopt")
 
 
 def _wgan(seed: int = 0) -> tuple[nn.Module, nn.Module]:
@@ -149,6 +241,24 @@ def main(argv: list[str] | None = None) -> list[Result]:
     rounds = args.rounds or (5 if args.quick else 15)
     target = 0.02 if args.quick else 0.06
     results: list[Result] = []
+    for kind in ("mlp-2d", "deep-narrow"):
+        pair = Pair(kind)
+        check_bare(pair)
+        group = f"{kind} zero-sum"
+        for name, make in ZERO_SUM.items():
+            ref = bare(pair, name)
+            for zs, label in ((True, "zero_sum=True"), (False, "general path")):
+                step = zero_sum_step(pair, lambda make=make, zs=zs: make(zs))
+                batch = calibrate(ref, step, target_s=target)
+                r = compare(group, f"gameopt {name} {label}", f"bare {name}", ref, step, rounds=rounds, batch=batch)
+                results.append(r)
+                print(f"{group:<22} {name + ' ' + label:<34} {r.ratio:6.3f}x bare", flush=True)
+        seq, bat = bare(pair, "SGA"), bare(pair, "SGA", batched=True)
+        batch = calibrate(seq, bat, target_s=target)
+        r = compare(group, "bare SGA, batched products", "bare SGA", seq, bat, rounds=rounds, batch=batch)
+        r.note = "is_grads_batched=True double backward / two sequential HVPs"
+        results.append(r)
+        print(f"{group:<22} {'bare SGA batched / sequential':<34} {r.ratio:6.3f}x", flush=True)
     for kind in ("mlp-2d", "deep-narrow"):
         pair = Pair(kind)
         check_by_hand(pair)

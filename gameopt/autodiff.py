@@ -33,6 +33,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
+from .buffer import _view
 from .evaluation import Evaluations, LossError, split_losses
 from .layout import Entry, Vec
 
@@ -403,10 +404,232 @@ class Linearization:
         """J v for many v at this point: after the first call, one reverse pass each."""
         return self._mean(self._jvp_double_backward(v))
 
+    def vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
+        """(Jᵀv, Jv)."""
+        return self.vjp(v), self.jvp(v)
+
 
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
-def linearize(game: Game, closure: Callable[[], Any], evaluations: Evaluations, scale: float = 1.0) -> Linearization:
-    """ξ with its graph at the current point (the game checks finiteness)."""
+def _group_views(layout: Any, g: int, flat: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """(parameter, parameter-shaped view of ``flat``) for every parameter in joint
+    group ``g``: one ``torch.split`` for the whole group (its backward is one ``cat``)."""
+    sizes: list[int] = []
+    where: list[tuple[Tensor, int, Any]] = []
+    end = 0
+    for e in layout._group_entries[g]:
+        for p, seg in zip(e.buffer.params, e.buffer.segments):
+            start = e.start + seg.offset
+            if start > end:
+                sizes.append(start - end)
+            where.append((p, len(sizes), seg))
+            sizes.append(seg.numel)
+            end = start + seg.numel
+    if flat.numel() > end:
+        sizes.append(flat.numel() - end)
+    chunks = torch.split(flat, sizes)
+    return [(p, _view(chunks[k], seg)) for p, k, seg in where]
+
+
+class ZeroSumLinearization:
+    """ξ with its graph for a two-player zero-sum game given as losses (f, −f).
+
+    One ``create_graph`` backward of the one scalar f (player 0's loss) against all
+    parameters gives ∇f with its graph. With H = ∇²f (symmetric) and
+    S = diag(I, −I) (player 0 minimizes f, player 1 minimizes −f): ξ = S∇f,
+    J = S H, so every product is a Hessian-vector product through that one kept
+    graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The flat leaves are one per joint
+    group (one ``split`` and one ``cat`` per pass, whatever the number of players'
+    buffers), and the products come back as joint vectors with no copy.
+
+    Same interface as :class:`Linearization`. The losses must be exactly (f, −f)
+    (checked on their values each time: one scalar read).
+    ``batched``: compute two products at once (:meth:`vjp_jvp`) in one double
+    backward (``is_grads_batched=True``) instead of two in sequence.
+    """
+
+    def __init__(
+        self,
+        game: Game,
+        closure: Callable[[], Any],
+        evaluations: Evaluations,
+        scale: float = 1.0,
+        batched: bool = False,
+    ) -> None:
+        if len(game.players) != 2:
+            n = len(game.players)
+            raise ValueError(f"zero_sum=True is for two-player games given as losses (f, -f), got {n} players")
+        self.game, self.closure, self.evaluations, self.scale, self.batched = game, closure, evaluations, scale, batched
+        self._mean = game._mean_
+        layout = self.layout = game.layout
+        self.functional = all(p.module is not None for p in game.players)
+        values: dict[int, Tensor] = {}
+        self.inputs: list[list[Tensor]] = []  # per group: the tensors differentiated against
+        for g, data in enumerate(layout.data):
+            if self.functional:
+                leaf = data.detach().requires_grad_()
+                values.update((id(p), view) for p, view in _group_views(layout, g, leaf))
+                self.inputs.append([leaf])
+            else:
+                self.inputs.append([p for e in layout._group_entries[g] for p in e.buffer.params])
+        self._flat_inputs = [t for ins in self.inputs for t in ins]
+        with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
+            self.losses, self.metrics = evaluate_losses(game, closure)
+            f = self.losses[0]
+            if f.grad_fn is None:
+                raise _no_path(game.players[0].name)
+            if bool((f.detach() + self.losses[1].detach()).reshape(()) != 0):
+                raise ValueError("zero_sum=True needs a two-player zero-sum game given as losses (f, -f)")
+            grads = torch.autograd.grad(
+                f if scale == 1.0 else f * scale, self._flat_inputs, create_graph=True, allow_unused=True
+            )
+        if scale != 1.0:
+            grads = tuple(None if t is None else t / scale for t in grads)  # every product below is unscaled
+        self._outputs = [t for t in grads if t is not None and t.requires_grad]  # ∇f with its graph
+        self._keep = [k for k, t in enumerate(grads) if t is not None and t.requires_grad]
+        self.grad_f = self._to_vec([None if t is None else t.detach() for t in grads])
+        self.xi = self._signed(self.grad_f)
+        self._mean(self.xi)
+
+    # ------------------------------------------------------------ primitives
+    def _to_vec(self, per_input: Sequence[Tensor | None]) -> Vec:
+        """A joint vector from one tensor (or None: zero) per input."""
+        if self.functional:
+            return [torch.zeros_like(d) if t is None else t for t, d in zip(per_input, self.layout.data)]
+        out = self.layout.zeros()
+        dst, src = [], []
+        pos = 0
+        for g, ins in enumerate(self.inputs):
+            for (_, view), t in zip(_group_views(self.layout, g, out[g]), per_input[pos : pos + len(ins)]):
+                if t is not None:
+                    dst.append(view)
+                    src.append(t)
+            pos += len(ins)
+        with torch.no_grad():
+            if dst:
+                torch._foreach_copy_(dst, src)
+        return out
+
+    def _split(self, v: Vec) -> list[Tensor]:
+        """``v`` as one tensor per input (the grad_outputs of a product)."""
+        if self.functional:
+            return list(v)
+        return [view for g in range(len(self.inputs)) for _, view in _group_views(self.layout, g, v[g])]
+
+    def _signed(self, v: Vec) -> Vec:
+        """S v: a new vector, player 1's part negated."""
+        out = [t.clone() for t in v]
+        for e in self.layout.by_player[1]:
+            self.layout.entry_view(out, e).neg_()
+        return out
+
+    def _sign_(self, v: Vec) -> Vec:
+        for e in self.layout.by_player[1]:
+            self.layout.entry_view(v, e).neg_()
+        return v
+
+    def _hvps(self, vs: list[Vec]) -> list[Vec]:
+        """H v for each v: in sequence, or batched in one double backward."""
+        if not self._outputs:
+            return [self.layout.zeros() for _ in vs]
+        if len(vs) > 1 and self.batched:
+            parts = [self._split(v) for v in vs]
+            stacked = [torch.stack([p[k] for p in parts]) for k in self._keep]
+            res = torch.autograd.grad(
+                self._outputs,
+                self._flat_inputs,
+                grad_outputs=stacked,
+                retain_graph=True,
+                allow_unused=True,
+                is_grads_batched=True,
+            )
+            return [self._to_vec([None if t is None else t[n].detach() for t in res]) for n in range(len(vs))]
+        out = []
+        for v in vs:
+            part = self._split(v)
+            res = torch.autograd.grad(
+                self._outputs,
+                self._flat_inputs,
+                grad_outputs=[part[k] for k in self._keep],
+                retain_graph=True,
+                allow_unused=True,
+            )
+            out.append(self._to_vec([None if t is None else t.detach() for t in res]))
+        return out
+
+    def _only(self, v: Vec, i: int) -> Vec:
+        return self.layout.only(v, i)
+
+    # -------------------------------------------------------------- products
+    def hvp(self, v: Vec) -> Vec:
+        """H v, H = ∇²f."""
+        return self._mean(self._hvps([v])[0])
+
+    def vjp(self, u: Vec) -> Vec:
+        """Jᵀ u = H S u."""
+        return self._mean(self._hvps([self._signed(u)])[0])
+
+    def jvp(self, v: Vec) -> Vec:
+        """J v = S H v."""
+        return self._mean(self._sign_(self._hvps([v])[0]))
+
+    jvp_repeated = jvp
+
+    def vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
+        """(Jᵀv, Jv): two Hessian-vector products, batched when ``batched``."""
+        h_sv, h_v = self._hvps([self._signed(v), v])
+        return self._mean(h_sv), self._mean(self._sign_(h_v))
+
+    def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
+        """(∂ξ_i/∂w_j)ᵀ u_i = s_i H_ji u_i, in player j's part of the result."""
+        ui = self._only(u, i)
+        if i == 1:
+            self._sign_(ui)
+        return self._mean(self._only(self._hvps([ui])[0], j))
+
+    def _diag(self, v: Vec) -> Vec:
+        parts = self._hvps([self._only(v, 0), self._only(v, 1)])
+        return self._sign_(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1))))
+
+    def diag(self, v: Vec) -> Vec:
+        """D v = (s_i H_ii v_i)_i: two Hessian-vector products."""
+        return self._mean(self._diag(v))
+
+    def offdiag_jvp(self, v: Vec) -> Vec:
+        """H_o v = (s_i H_ij v_j)_i: two Hessian-vector products."""
+        parts = self._hvps([self._only(v, 1), self._only(v, 0)])
+        return self._mean(self._sign_(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1)))))
+
+    def offdiag_vjp(self, u: Vec) -> Vec:
+        """H_oᵀ u = (s_j H_ij u_j)_i: two Hessian-vector products."""
+        su = self._signed(u)
+        parts = self._hvps([self._only(su, 1), self._only(su, 0)])
+        return self._mean(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1))))
+
+    def cross_gradients(self) -> list[Vec]:
+        """(∇_{w_1} f_0, 0) = P_1 ∇f and (0, ∇_{w_0} f_1) = −P_0 ∇f."""
+        first = self._only(self.grad_f, 1)
+        second = self._only(self.grad_f, 0)
+        torch._foreach_neg_(second)
+        return [self._mean(first), self._mean(second)]
+
+    def chi(self) -> Vec:
+        """χ_i = (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i (j ≠ i)."""
+        c0, c1 = self.cross_gradients()
+        return list(torch._foreach_add(self.block_vjp(1, 0, c0), self.block_vjp(0, 1, c1)))
+
+
+def linearize(
+    game: Game,
+    closure: Callable[[], Any],
+    evaluations: Evaluations,
+    scale: float = 1.0,
+    zero_sum: bool = False,
+    batched: bool = False,
+) -> Linearization | ZeroSumLinearization:
+    """ξ with its graph at the current point (the game checks finiteness); with
+    ``zero_sum``, through the one scalar f of a two-player game (f, −f)."""
+    if zero_sum:
+        return ZeroSumLinearization(game, closure, evaluations, scale=scale, batched=batched)
     return Linearization(game, closure, evaluations, scale=scale)

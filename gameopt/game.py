@@ -95,16 +95,25 @@ class Oracle:
             self.evaluations.keep_metrics(metrics)
         self._all_losses.append(losses)
 
-    def linearize(self, at: Vec | None = None, check: bool = True) -> autodiff.Linearization:
+    def linearize(
+        self, at: Vec | None = None, check: bool = True, zero_sum: bool = False, batched: bool = False
+    ) -> autodiff.Linearization | autodiff.ZeroSumLinearization:
         """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv.
 
         ``check``: refuse a non-finite ξ right away (before an iterative solve, say).
         An algorithm whose update is non-finite whenever ξ is may skip it: the
         check of the update in :meth:`Game.step` covers ξ then. A data-parallel
         game always checks: a rank that failed takes part in no later collective,
-        so every rank must stop here together."""
+        so every rank must stop here together.
+
+        ``zero_sum``: the game is two players with losses (f, −f) (checked on the
+        values): every product is a Hessian-vector product of f through one kept
+        graph (:class:`~gameopt.autodiff.ZeroSumLinearization`); ``batched``: its
+        paired products (``vjp_jvp``) in one double backward."""
         with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
-            lin = autodiff.linearize(self.game, self.closure, self.evaluations, self.scale)
+            lin = autodiff.linearize(
+                self.game, self.closure, self.evaluations, self.scale, zero_sum=zero_sum, batched=batched
+            )
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))

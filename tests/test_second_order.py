@@ -191,3 +191,132 @@ def test_zero_sum_solvers_resume_bit_exact(make) -> None:
     for _ in range(3):
         resumed.step()
     assert all(torch.equal(a, b) for a, b in zip(tg.params(), straight))
+
+
+# ------------------------------------------------------------ the zero-sum path
+class _Net(torch.nn.Module):
+    def __init__(self, sizes, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b).double() for a, b in zip(sizes, sizes[1:]))
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.7)
+
+    def forward(self, x):
+        for k, layer in enumerate(self.layers):
+            x = layer(x)
+            if k < len(self.layers) - 1:
+                x = torch.tanh(x)
+        return x
+
+
+def _zero_sum_game(kind, algorithm, raw=False):
+    """Two players, losses (f, −f): bilinear, a 2-player quadratic, a small tanh GAN."""
+    g = torch.Generator().manual_seed(3)
+    if kind == "gan":
+        gen, disc = _Net([2, 5, 2], 0), _Net([2, 5, 1], 1)
+        x = torch.randn(16, 2, generator=g, dtype=torch.float64) + 1
+        z = torch.randn(16, 2, generator=g, dtype=torch.float64)
+
+        def losses():
+            f = torch.nn.functional.softplus(-disc(x)).mean() + torch.nn.functional.softplus(disc(gen(z))).mean()
+            return -f, f
+
+        players = [gen, disc]
+        if raw:
+            players = [gameopt.Player(list(gen.parameters())), gameopt.Player(list(disc.parameters()))]
+        return gameopt.Game(players, losses, algorithm=algorithm), lambda: [
+            p.detach().clone() for m in (gen, disc) for p in m.parameters()
+        ]
+    n = 3
+    A = torch.randn(n, n, generator=g, dtype=torch.float64)
+    P = torch.randn(n, n, generator=g, dtype=torch.float64)
+    P = P @ P.T if kind == "quadratic" else torch.zeros(n, n, dtype=torch.float64)
+    Q = 0.5 * P.T if kind == "quadratic" else P
+    c = torch.randn(n, generator=g, dtype=torch.float64) if kind == "quadratic" else torch.zeros(n, dtype=torch.float64)
+    xs = [torch.randn(n, generator=g, dtype=torch.float64) for _ in range(2)]
+    from games import VecModule
+
+    mods = [VecModule(w) for w in xs]
+
+    def losses():
+        x, y = mods[0].w, mods[1].w
+        f = 0.5 * x @ P @ x + x @ A @ y - 0.5 * y @ Q @ y + c @ x
+        return f, -f
+
+    players = [gameopt.Player([m.w]) if raw else m for m in mods]
+    return gameopt.Game(players, losses, algorithm=algorithm), lambda: [m.w.detach().clone() for m in mods]
+
+
+ZERO_SUM = {
+    "HGD": lambda zs: gameopt.HamiltonianGD([0.05, 0.03], zero_sum=zs),
+    "Consensus": lambda zs: gameopt.ConsensusOptimization([0.05, 0.03], gamma=0.7, zero_sum=zs),
+    "SGA-dimension": lambda zs: gameopt.SGA([0.05, 0.03], lam=0.8, zero_sum=zs),
+    "SGA-tensors": lambda zs: gameopt.SGA([0.05, 0.03], lam=0.8, sign_normalizer="tensors", zero_sum=zs),
+    "SGA-fixed": lambda zs: gameopt.SGA([0.05, 0.03], lam=-0.8, align=False, zero_sum=zs),
+}
+
+
+@pytest.mark.parametrize("kind", ["bilinear", "quadratic", "gan"])
+@pytest.mark.parametrize("name", list(ZERO_SUM))
+@pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
+def test_zero_sum_path_matches_general_path(kind, name, raw) -> None:
+    general, params_g = _zero_sum_game(kind, ZERO_SUM[name](False), raw)
+    zero_sum, params_z = _zero_sum_game(kind, ZERO_SUM[name](True), raw)
+    for t in range(6):
+        general.step()
+        zero_sum.step()
+        for a, b in zip(params_g(), params_z()):
+            torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12, msg=f"step {t}")
+
+
+@pytest.mark.parametrize("kind", ["bilinear", "gan"])
+def test_cgd_zero_sum_solver_matches_general_solver(kind) -> None:
+    general, params_g = _zero_sum_game(kind, gameopt.CGD([0.05, 0.03], tol=1e-15))
+    zero_sum, params_z = _zero_sum_game(kind, gameopt.CGD([0.05, 0.03], tol=1e-15, zero_sum=True))
+    for t in range(4):
+        general.step()
+        zero_sum.step()
+        for a, b in zip(params_g(), params_z()):
+            torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12, msg=f"step {t}")
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
+def test_zero_sum_linearization_products(batched, raw) -> None:
+    game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1), raw)
+    oracle = gameopt.game.Oracle(game, game.losses)
+    general = oracle.linearize()
+    oracle = gameopt.game.Oracle(game, game.losses)
+    zs = oracle.linearize(zero_sum=True, batched=batched)
+    assert isinstance(zs, gameopt.autodiff.ZeroSumLinearization)
+    layout = game.layout
+    g = torch.Generator().manual_seed(0)
+    v = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in layout.data]
+    close = lambda a, b, msg: [  # noqa: E731
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-13, msg=msg) for x, y in zip(a, b)
+    ]
+    close(zs.xi, general.xi, "xi")
+    for name in ("jvp", "vjp", "diag", "offdiag_jvp", "offdiag_vjp", "jvp_repeated"):
+        close(getattr(zs, name)(v), getattr(general, name)(v), name)
+    for i, j in ((0, 1), (1, 0), (0, 0), (1, 1)):
+        close(zs.block_vjp(i, j, v), general.block_vjp(i, j, v), f"block_vjp {i} {j}")
+    close(zs.chi(), general.chi(), "chi")
+    for a, b in zip(zs.cross_gradients(), general.cross_gradients()):
+        close(a, b, "cross_gradients")
+    (jt, j), (jt_ref, j_ref) = zs.vjp_jvp(v), general.vjp_jvp(v)
+    close(jt, jt_ref, "vjp_jvp: vjp")
+    close(j, j_ref, "vjp_jvp: jvp")
+
+
+def test_zero_sum_path_refuses_other_games() -> None:
+    game = GAMES["quadratic"](n_players=2).build(gameopt.SGA(0.1, zero_sum=True))
+    before = [p.detach().clone() for p in game.layout.data]
+    with pytest.raises(ValueError, match="zero-sum"):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, game.layout.data))
+    with pytest.raises(ValueError, match="two-player"):
+        GAMES["quadratic"]().build(gameopt.ConsensusOptimization(0.1, zero_sum=True)).step()
+    with pytest.raises(ValueError, match="zero_sum"):
+        gameopt.HamiltonianGD(0.1, zero_sum=1)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State, check_number
+from .base import Algorithm, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..game import Oracle
@@ -25,15 +25,20 @@ class HamiltonianGD(Algorithm):
     Args:
         lr: η, one float or one per player.
         update: per-player update rule (default: plain gradient).
+        zero_sum: the game is two players with losses (f, −f): Jᵀξ = ∇²f ∇f, one
+            Hessian-vector product through one ``create_graph`` backward of f.
     """
 
     first_order = False
 
-    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
-        super().__init__(lr, update)
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None, zero_sum: bool = False
+    ) -> None:
+        super().__init__(lr, update, zero_sum=check_bool("zero_sum", zero_sum))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize()  # the direction Jᵀξ alone may not show a non-finite ξ
+        # the direction Jᵀξ alone may not show a non-finite ξ
+        lin = oracle.linearize(zero_sum=self.hyper["zero_sum"])
         delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
@@ -47,17 +52,26 @@ class ConsensusOptimization(Algorithm):
         lr: η, one float or one per player.
         gamma: γ ≥ 0, the weight of the Hamiltonian's gradient.
         update: per-player update rule (default: plain gradient; the paper uses RMSProp-like steps).
+        zero_sum: the game is two players with losses (f, −f): Jᵀξ = ∇²f ∇f, one
+            Hessian-vector product through one ``create_graph`` backward of f.
     """
 
     first_order = False
 
     def __init__(
-        self, lr: float | Sequence[float] = 1e-3, gamma: float = 0.1, update: UpdateRule | None = None
+        self,
+        lr: float | Sequence[float] = 1e-3,
+        gamma: float = 0.1,
+        update: UpdateRule | None = None,
+        zero_sum: bool = False,
     ) -> None:
-        super().__init__(lr, update, gamma=check_number("gamma", gamma, low=0.0))
+        super().__init__(
+            lr, update, gamma=check_number("gamma", gamma, low=0.0), zero_sum=check_bool("zero_sum", zero_sum)
+        )
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
+        # the update is non-finite if ξ is
+        lin = oracle.linearize(check=False, zero_sum=self.hyper["zero_sum"])
         direction = lin.xi  # lin is used up: ξ + γ Jᵀξ in place
         torch._foreach_add_(direction, lin.vjp(lin.xi), alpha=self.hyper["gamma"])
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)

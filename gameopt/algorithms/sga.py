@@ -45,6 +45,9 @@ class SGA(Algorithm):
             product gives λ = 0.
         sign_normalizer: n in the sign rule, ``"dimension"`` or ``"tensors"``.
         update: per-player update rule (default: plain gradient).
+        zero_sum: the game is two players with losses (f, −f): Jᵀξ = ∇²f ∇f and
+            Jξ = S ∇²f ξ, two Hessian-vector products through one ``create_graph``
+            backward of f (no re-evaluation of the losses).
     """
 
     first_order = False
@@ -57,6 +60,7 @@ class SGA(Algorithm):
         eps: float = 0.1,
         update: UpdateRule | None = None,
         sign_normalizer: str = "dimension",
+        zero_sum: bool = False,
     ) -> None:
         if sign_normalizer not in SIGN_NORMALIZERS:
             raise ValueError(f"sign_normalizer must be one of {list(SIGN_NORMALIZERS)}, got {sign_normalizer!r}")
@@ -67,13 +71,14 @@ class SGA(Algorithm):
             align=check_bool("align", align),
             eps=check_number("eps", eps, low=0.0),
             sign_normalizer=sign_normalizer,
+            zero_sum=check_bool("zero_sum", zero_sum),
         )
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize(check=False)  # the update is non-finite if ξ is
+        lin = oracle.linearize(check=False, zero_sum=self.hyper["zero_sum"])  # the update is non-finite if ξ is
         xi = lin.xi
-        jt_xi = lin.vjp(xi)
-        a_xi = list(torch._foreach_mul(torch._foreach_sub(jt_xi, lin.jvp(xi)), 0.5))
+        jt_xi, j_xi = lin.vjp_jvp(xi)
+        a_xi = list(torch._foreach_mul(torch._foreach_sub(jt_xi, j_xi), 0.5))
         lam = self.hyper["lam"]
         if self.hyper["align"]:
             if self.hyper["sign_normalizer"] == "dimension":
