@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+from test_game import _assert_same_state
 from torch import nn
 
 import gameopt
@@ -159,22 +160,8 @@ def test_an_error_in_any_evaluation_propagates_and_changes_nothing(name, call) -
         return
     after = game.state_dict()
     assert torch.equal(torch.get_rng_state(), rng) or call == 2
-    _same(after, before)
+    _assert_same_state(after, before)
     assert game._forward_mode_ok
-
-
-def _same(a, b) -> None:
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        for x, y in zip(a, b):
-            _same(x, y)
-    else:
-        assert a == b
 
 
 def test_players_own_losses_receive_the_step_arguments() -> None:
