@@ -13,6 +13,7 @@ loss) for the bare references, and the non-saturating (general-sum) losses.
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +173,167 @@ def check_bare(pair: Pair) -> None:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=f"{method} bare differs from gameopt")
 
 
+# ------------------------------------------------ general-sum pair: LA, LOLA, SOS
+SHAPING: dict[str, Callable[[], gameopt.Algorithm]] = {
+    "LA": lambda: gameopt.LA(LR, alpha=ALPHA),
+    "LOLA": lambda: gameopt.LOLA(LR, alpha=ALPHA),
+    "SOS": lambda: gameopt.SOS(LR, alpha=ALPHA),
+}
+ALPHA = 0.5
+
+
+def bare_shaping(pair: Pair, method: str) -> Callable[[], object]:
+    """LA, LOLA or SOS for two players in plain PyTorch on unfused modules (the
+    non-saturating, general-sum losses): per player one ``create_graph`` backward
+    of its loss against all parameters (its ξ_i and its cross gradient c_i =
+    ∇_{w_j} f_i), then per player i one reverse pass toward w_i of
+    ⟨c_i, ξ_j⟩ (H_o ξ, LA) plus ⟨ξ_j, c_i⟩ (χ, LOLA), both factors held constant;
+    SOS takes the two terms in two passes and mixes them with its p."""
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    params, n_g = gp + dp, len(gp)
+    losses, x, z = gan_losses(G, D), pair.x, pair.z
+
+    def dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([torch.dot(s.reshape(-1), t.reshape(-1)) for s, t in zip(a, b)]).sum()
+
+    def step() -> None:
+        loss_g, loss_d = losses(x, z)
+        g_all = torch.autograd.grad(loss_g, params, create_graph=True)
+        d_all = torch.autograd.grad(loss_d, params, create_graph=True)
+        xi_g, c_g = g_all[:n_g], g_all[n_g:]  # ξ_G, ∇_D f_G
+        xi_d, c_d = d_all[n_g:], d_all[:n_g]  # ξ_D, ∇_G f_D
+        xi = [t.detach() for t in xi_g + xi_d]
+        cbar = [t.detach() for t in c_g + c_d]
+        own = ((gp, c_g, xi_d, xi[n_g:], cbar[: len(c_g)]), (dp, c_d, xi_g, xi[:n_g], cbar[len(c_g) :]))
+        if method == "SOS":
+            ho = [t for w, c, _, v, _ in own for t in torch.autograd.grad(c, w, grad_outputs=v, retain_graph=True)]
+            chi = [t for w, _, o, _, cb in own for t in torch.autograd.grad(o, w, grad_outputs=cb, retain_graph=True)]
+            xi0 = list(torch._foreach_add(xi, ho, alpha=-ALPHA))
+            inner = -ALPHA * dot(chi, xi0)
+            one = torch.ones_like(inner)
+            p1 = torch.where(inner >= 0, one, torch.clamp(-0.5 * dot(xi0, xi0) / inner, max=1.0))
+            xi_sq = dot(xi, xi)
+            p = torch.minimum(p1, torch.where(xi_sq.sqrt() < 0.1, xi_sq, one))
+            direction = list(torch._foreach_add(xi0, torch._foreach_mul(chi, p), alpha=-ALPHA))
+        else:
+            shaped = []
+            for w, c, o, v, cb in own:
+                outs, gouts = list(c), list(v)
+                if method == "LOLA":
+                    outs, gouts = outs + list(o), gouts + cb
+                shaped += torch.autograd.grad(outs, w, grad_outputs=gouts, retain_graph=True)
+            direction = list(torch._foreach_add(xi, shaped, alpha=-ALPHA))
+        with torch.no_grad():
+            torch._foreach_add_(params, direction, alpha=-LR)
+
+    step.params = params  # type: ignore[attr-defined]
+    return step
+
+
+# ------------------------------------------------------------ zero-sum pair: CGD
+def bare_cgd(pair: Pair, iterations: int) -> Callable[[], object]:
+    """Zero-sum CGD in plain PyTorch on unfused modules, as the CGDs package
+    computes it: one ``create_graph`` backward of f, then CG with exactly
+    ``iterations`` iterations on the Schur complement of player a = D,
+    (I + η² B Bᵀ) c = −√η (ξ_a − η B ξ_b), Δ_a = √η c, Δ_b = −η (ξ_b − Bᵀ Δ_a),
+    warm-started from the last c; B u = ∇_D⟨∇_G f, u⟩ and Bᵀ x = ∇_G⟨∇_D f, x⟩
+    are Hessian-vector products (two per CG iteration)."""
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    params, n_g = gp + dp, len(gp)
+    x, z = pair.x, pair.z
+    warm = [torch.zeros_like(p) for p in dp]
+
+    def dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+        return float(torch.stack([torch.dot(s.reshape(-1), t.reshape(-1)) for s, t in zip(a, b)]).sum())
+
+    def step() -> None:
+        grads = torch.autograd.grad(zero_sum_f(G, D, x, z), params, create_graph=True)
+        grad_g, grad_d = grads[:n_g], grads[n_g:]
+        xi_b = [-t.detach() for t in grad_g]  # the generator minimizes −f
+        xi_a = [t.detach() for t in grad_d]
+
+        def B(u: list[torch.Tensor]) -> list[torch.Tensor]:
+            return list(torch.autograd.grad(grad_g, dp, grad_outputs=u, retain_graph=True))
+
+        def Bt(v: list[torch.Tensor]) -> list[torch.Tensor]:
+            return list(torch.autograd.grad(grad_d, gp, grad_outputs=v, retain_graph=True))
+
+        def matvec(c: list[torch.Tensor]) -> list[torch.Tensor]:
+            return list(torch._foreach_add(c, B(Bt(c)), alpha=LR**2))
+
+        rhs = list(torch._foreach_mul(torch._foreach_add(xi_a, B(xi_b), alpha=-LR), -(LR**0.5)))
+        c = warm
+        r = list(torch._foreach_sub(rhs, matvec(c)))
+        p, rr = [t.clone() for t in r], dot(r, r)
+        for _ in range(iterations if rr > 0 else 0):
+            ap = matvec(p)
+            alpha = rr / dot(p, ap)
+            c = list(torch._foreach_add(c, p, alpha=alpha))
+            torch._foreach_add_(r, ap, alpha=-alpha)
+            new_rr = dot(r, r)
+            beta, rr = new_rr / rr, new_rr
+            if rr == 0:  # solved exactly (gameopt's CG stops there too)
+                break
+            p = list(torch._foreach_add(r, torch._foreach_mul(p, beta)))
+        warm[:] = c
+        delta_a = list(torch._foreach_mul(c, LR**0.5))
+        delta_b = list(torch._foreach_mul(torch._foreach_sub(xi_b, Bt(delta_a)), -LR))
+        with torch.no_grad():
+            torch._foreach_add_(dp, delta_a)
+            torch._foreach_add_(gp, delta_b)
+
+    step.params = params  # type: ignore[attr-defined]
+    return step
+
+
+def krylov_product(pair: Pair, ours: bool) -> Callable[[], object]:
+    """One product of CGD's zero-sum Schur complement (two Hessian-vector products
+    through a kept graph): gameopt's operator (per-coordinate η) or the bare one."""
+    from gameopt.algorithms.cgd import schur_operator
+    from gameopt.game import Oracle
+
+    if ours:
+        game = zero_sum_step(pair, lambda: gameopt.CGD(LR, zero_sum=True)).game  # type: ignore[attr-defined]
+        lin = Oracle(game, functools.partial(game.losses, pair.x, pair.z)).linearize()
+        eta = [torch.full_like(t, LR) for t in lin.xi]
+        matvec = schur_operator(lin, eta)[2]
+        c = game.layout.only([torch.randn_like(t) for t in lin.xi], 1)
+        fn: Callable[[], object] = lambda: matvec(c)  # noqa: E731
+        fn.keep = lin  # type: ignore[attr-defined]
+        return fn
+    G, D = pair.fresh()
+    gp, dp = list(G.parameters()), list(D.parameters())
+    grads = torch.autograd.grad(zero_sum_f(G, D, pair.x, pair.z), gp + dp, create_graph=True)
+    grad_g, grad_d = grads[: len(gp)], grads[len(gp) :]
+    c = [torch.randn_like(p) for p in dp]
+
+    def product() -> object:
+        bt = torch.autograd.grad(grad_d, gp, grad_outputs=c, retain_graph=True)
+        return torch._foreach_add(c, torch.autograd.grad(grad_g, dp, grad_outputs=bt, retain_graph=True), alpha=LR**2)
+
+    return product
+
+
+def cgd_step(pair: Pair, iterations: int) -> Callable[[], object]:
+    return zero_sum_step(pair, lambda: gameopt.CGD(LR, tol=1e-300, maxiter=iterations, zero_sum=True))
+
+
+def check_references(pair: Pair) -> None:
+    """The bare LA/LOLA/SOS and CGD take the same steps as gameopt's."""
+    cases = [(bare_shaping(pair, m), gameopt_step(pair, make), m) for m, make in SHAPING.items()]
+    cases.append((bare_cgd(pair, 3), cgd_step(pair, 3), "CGD"))
+    for theirs, ours, name in cases:
+        for _ in range(2):
+            theirs()
+            ours()
+        game = ours.game  # type: ignore[attr-defined]
+        a = torch.cat([p.detach().reshape(-1) for pl in game.players for p in pl.module.parameters()])
+        b = torch.cat([p.detach().reshape(-1) for p in theirs.params])  # type: ignore[attr-defined]
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=f"{name} bare differs from gameopt")
+
+
 def _wgan(seed: int = 0) -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(seed)
     gen = nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
@@ -259,6 +421,25 @@ def main(argv: list[str] | None = None) -> list[Result]:
         r.note = "is_grads_batched=True double backward / two sequential HVPs"
         results.append(r)
         print(f"{group:<22} {'bare SGA batched / sequential':<34} {r.ratio:6.3f}x", flush=True)
+
+    def measure(group: str, name: str, base: str, ref: Callable[[], object], step: Callable[[], object], note: str):
+        batch = calibrate(ref, step, target_s=target)
+        r = compare(group, name, base, ref, step, rounds=rounds, batch=batch, note=note)
+        results.append(r)
+        print(f"{group:<22} {name:<40} {r.ratio:6.3f}x {base}", flush=True)
+
+    for kind in ("mlp-2d", "deep-narrow"):
+        pair = Pair(kind)
+        check_references(pair)
+        for name, make in SHAPING.items():
+            note = "general-sum losses; the same reverse passes (2 per player, SOS 3)"
+            measure(kind, f"gameopt {name}", f"bare {name}", bare_shaping(pair, name), gameopt_step(pair, make), note)
+        group = f"{kind} zero-sum"
+        note = "c + η² B Bᵀ c on a kept graph: two Hessian-vector products"
+        ours, ref = krylov_product(pair, ours=True), krylov_product(pair, ours=False)
+        measure(group, "gameopt CGD Krylov product", "bare Krylov product", ref, ours, note)
+        note = "warm-started CG, at most 5 iterations (fewer where r = 0)"
+        measure(group, "gameopt CGD zero_sum (5 CG iterations)", "bare CGD", bare_cgd(pair, 5), cgd_step(pair, 5), note)
     for kind in ("mlp-2d", "deep-narrow"):
         pair = Pair(kind)
         check_by_hand(pair)

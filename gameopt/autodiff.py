@@ -178,6 +178,7 @@ class Linearization:
         tangent: Vec | None = None,
         average: bool = True,
         scale: float = 1.0,
+        cross: bool = False,
     ) -> None:
         self.game, self.closure, self.scale = game, closure, scale
         self.evaluations = evaluations
@@ -200,18 +201,24 @@ class Linearization:
         with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
             self.losses, self.metrics = evaluate_losses(game, closure)
             self.pieces: list[Tensor] = [torch.empty(0)] * len(layout.entries)  # per entry: differentiable ξ
+            # with ``cross``, per player i: ∇_{w_k} f_i for the other players' entries k, with its graph
+            self.cross: list[dict[int, Tensor | None]] | None = [] if cross and tangent is None else None
             for i, player in enumerate(game.players):
                 if self.losses[i].grad_fn is None:
                     raise _no_path(player.name)
                 # forward-over-reverse (a tangent) needs no graph of the backward itself
                 loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
-                grads = self._grad([loss], None, self.entries_of[i], create_graph=tangent is None)
-                if all(g is None for g in grads.values()):
+                ins = self._all() if self.cross is not None else self.entries_of[i]
+                grads = self._grad([loss], None, ins, create_graph=tangent is None)
+                if scale != 1.0:  # loss scaling: every product below is unscaled
+                    grads = {k: None if g is None else g / scale for k, g in grads.items()}
+                if all(grads[k] is None for k in self.entries_of[i]):
                     raise _no_path(player.name)
-                for k, g in grads.items():
-                    if g is not None and scale != 1.0:
-                        g = g / scale  # loss scaling: every product below is unscaled
+                for k in self.entries_of[i]:
+                    g = grads.pop(k)
                     self.pieces[k] = self._zeros(k) if g is None else g
+                if self.cross is not None:
+                    self.cross.append(grads)
         self.xi = self._to_vec({k: p.detach() for k, p in enumerate(self.pieces)})
         if average:
             self._mean(self.xi)
@@ -259,14 +266,18 @@ class Linearization:
         return self._grad(pieces, us, ins)
 
     def _to_vec(self, parts: dict[int, Tensor | None]) -> Vec:
-        full = (
-            self.layout.dense and len(parts) == len(self.layout.entries) and all(t is not None for t in parts.values())
-        )
-        out = self.layout.empty() if full else self.layout.zeros()
+        layout = self.layout
+        if not layout.dense:
+            out = layout.zeros()
+        else:  # zero only what no part writes
+            out = layout.empty()
+            for k, e in enumerate(layout.entries):
+                if parts.get(k) is None:
+                    layout.entry_view(out, e).zero_()
         with torch.no_grad():
             for k, t in parts.items():
                 if t is not None:
-                    self.layout.entry_view(out, self.layout.entries[k]).copy_(t)
+                    layout.entry_view(out, layout.entries[k]).copy_(t)
         return out
 
     def _all(self) -> list[int]:
@@ -317,9 +328,12 @@ class Linearization:
         return self._mean(self._to_vec(self._offdiag_reverse([self.layout.entry_view(u, e) for e in entries])))
 
     def offdiag_jvp(self, v: Vec) -> Vec:
-        """H_o v: ∂/∂u ⟨H_oᵀu, v⟩ on a kept graph of u ↦ H_oᵀu that holds only the
-        off-diagonal blocks (n reverse passes to build, once; then one reverse
-        pass per product). Cheaper than J v − D v even for a single product."""
+        """H_o v. With ``cross``: n reverse passes (see :meth:`shaping`). Else ∂/∂u
+        ⟨H_oᵀu, v⟩ on a kept graph of u ↦ H_oᵀu that holds only the off-diagonal
+        blocks (n reverse passes to build, once; then one reverse pass per product:
+        the choice for many products, as in a Krylov solver)."""
+        if self.cross is not None:
+            return self.shaping(v, chi=False)
         return self._mean(self._jvp_double_backward(v, offdiag=True))
 
     def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
@@ -332,7 +346,10 @@ class Linearization:
         out = []
         for i in range(len(self.entries_of)):
             others = self._others(i)
-            parts = self._grad([self.losses[i]], None, others) if others else {}
+            if self.cross is not None:
+                parts = self.cross[i]
+            else:
+                parts = self._grad([self.losses[i]], None, others) if others else {}
             out.append(self._to_vec({k: None if g is None else g.detach() for k, g in parts.items()}))
         if self.game._parallel is not None:
             stacked = [torch.cat([vec[g] for vec in out]) for g in range(len(out[0]))]
@@ -341,12 +358,56 @@ class Linearization:
         return out
 
     def chi(self) -> Vec:
-        """χ = diag(H_oᵀ ∇L): χ_i = Σ_{j≠i} (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i. 2n reverse passes;
-        in a data-parallel game both factors are full-batch averages."""
-        parts: dict[int, Tensor | None] = {}
-        for i, g in enumerate(self.cross_gradients()):
-            others = self._others(i)
-            parts.update(self._reverse(others, g, self.entries_of[i]))
+        """χ = diag(H_oᵀ ∇L): χ_i = Σ_{j≠i} (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i. n reverse passes
+        (2n without ``cross``); in a data-parallel game both factors are full-batch averages."""
+        return self.shaping(None, chi=True)
+
+    def shaping(self, v: Vec | None, chi: bool = True) -> Vec:
+        """H_o v + χ (either term may be left out: ``v=None``, ``chi=False``), one
+        reverse pass per player. With ``cross`` (the cross gradients ∇_{w_j} f_i kept
+        with their graphs), symmetry of second derivatives gives both terms of
+        player i as one gradient toward w_i:
+
+            (H_o v)_i + χ_i = ∇_{w_i} Σ_{j≠i} (⟨∇_{w_j} f_i, v_j⟩ + ⟨ξ_j, c_{ij}⟩),
+
+        with v and c_{ij} = ∇_{w_j} f_i held constant. Without ``cross``, the
+        products of :meth:`offdiag_jvp` and the passes of :meth:`cross_gradients`."""
+        if not chi:
+            cbar = None
+        elif self.cross is not None and self.game._parallel is None:  # no average to take: no copies
+            cbar = [{k: None if c is None else c.detach() for k, c in cross.items()} for cross in self.cross]
+        else:
+            cbar = [
+                {k: self.layout.entry_view(g, e) for k, e in enumerate(self.layout.entries)}
+                for g in self.cross_gradients()
+            ]
+        if self.cross is None:
+            terms = []
+            if v is not None:
+                terms.append(self._jvp_double_backward(v, offdiag=True))
+            if cbar is not None:
+                parts: dict[int, Tensor | None] = {}
+                for i, g in enumerate(cbar):
+                    outs = self._others(i)
+                    pieces = [self.pieces[k] for k in outs]
+                    parts.update(self._grad(pieces, [g[k] for k in outs], self.entries_of[i]))
+                terms.append(self._to_vec(parts))
+            return self._mean(terms[0] if len(terms) == 1 else list(torch._foreach_add(*terms)))
+        parts = {}
+        view = self.layout.entry_view
+        for i, ks in enumerate(self.entries_of):
+            outs: list[Tensor] = []
+            grad_outs: list[Tensor] = []
+            for k in self._others(i):
+                e = self.layout.entries[k]
+                c = self.cross[i][k]
+                if v is not None and c is not None and c.requires_grad:
+                    outs.append(c)
+                    grad_outs.append(view(v, e))
+                if cbar is not None and self.pieces[k].requires_grad and cbar[i][k] is not None:
+                    outs.append(self.pieces[k])
+                    grad_outs.append(cbar[i][k])
+            parts.update(self._grad(outs, grad_outs, ks))
         return self._mean(self._to_vec(parts))
 
     def jvp(self, v: Vec) -> Vec:
@@ -567,8 +628,9 @@ class ZeroSumLinearization:
         return self._mean(self._hvps([v])[0])
 
     def vjp(self, u: Vec) -> Vec:
-        """Jᵀ u = H S u."""
-        return self._mean(self._hvps([self._signed(u)])[0])
+        """Jᵀ u = H S u (Jᵀξ = H∇f: no copy, where ξ is this rank's own)."""
+        own = u is self.xi and self.game._parallel is None
+        return self._mean(self._hvps([self.grad_f if own else self._signed(u)])[0])
 
     def jvp(self, v: Vec) -> Vec:
         """J v = S H v."""
@@ -607,6 +669,11 @@ class ZeroSumLinearization:
         parts = self._hvps([self._only(su, 1), self._only(su, 0)])
         return self._mean(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1))))
 
+    def shaping(self, v: Vec | None, chi: bool = True) -> Vec:
+        """H_o v + χ (either term may be left out: ``v=None``, ``chi=False``)."""
+        terms = ([self.offdiag_jvp(v)] if v is not None else []) + ([self.chi()] if chi else [])
+        return terms[0] if len(terms) == 1 else list(torch._foreach_add(*terms))
+
     def cross_gradients(self) -> list[Vec]:
         """(∇_{w_1} f_0, 0) = P_1 ∇f and (0, ∇_{w_0} f_1) = −P_0 ∇f."""
         first = self._only(self.grad_f, 1)
@@ -627,9 +694,11 @@ def linearize(
     scale: float = 1.0,
     zero_sum: bool = False,
     batched: bool = False,
+    cross: bool = False,
 ) -> Linearization | ZeroSumLinearization:
     """ξ with its graph at the current point (the game checks finiteness); with
-    ``zero_sum``, through the one scalar f of a two-player game (f, −f)."""
+    ``zero_sum``, through the one scalar f of a two-player game (f, −f); with
+    ``cross``, the cross gradients ∇_{w_j} f_i kept too (for opponent shaping)."""
     if zero_sum:
         return ZeroSumLinearization(game, closure, evaluations, scale=scale, batched=batched)
-    return Linearization(game, closure, evaluations, scale=scale)
+    return Linearization(game, closure, evaluations, scale=scale, cross=cross)

@@ -96,7 +96,12 @@ class Oracle:
         self._all_losses.append(losses)
 
     def linearize(
-        self, at: Vec | None = None, check: bool = True, zero_sum: bool = False, batched: bool = False
+        self,
+        at: Vec | None = None,
+        check: bool = True,
+        zero_sum: bool = False,
+        batched: bool = False,
+        cross: bool = False,
     ) -> autodiff.Linearization | autodiff.ZeroSumLinearization:
         """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv.
 
@@ -109,10 +114,12 @@ class Oracle:
         ``zero_sum``: the game is two players with losses (f, −f) (checked on the
         values): every product is a Hessian-vector product of f through one kept
         graph (:class:`~gameopt.autodiff.ZeroSumLinearization`); ``batched``: its
-        paired products (``vjp_jvp``) in one double backward."""
+        paired products (``vjp_jvp``) in one double backward. ``cross``: keep the
+        cross gradients ∇_{w_j} f_i with their graphs, so that H_o v and χ cost one
+        reverse pass per player (:meth:`~gameopt.autodiff.Linearization.shaping`)."""
         with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
             lin = autodiff.linearize(
-                self.game, self.closure, self.evaluations, self.scale, zero_sum=zero_sum, batched=batched
+                self.game, self.closure, self.evaluations, self.scale, zero_sum=zero_sum, batched=batched, cross=cross
             )
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):

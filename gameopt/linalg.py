@@ -1,8 +1,12 @@
 """The one Krylov module: conjugate gradients and restarted GMRES on matrix-vector
 callables over vectors given as lists of flat tensors (joint vectors).
 
-Both return ``(x, iterations)``. Convergence checks read a scalar on the host once
-per iteration.
+Both return ``(x, iterations)``. On the CPU, convergence is checked every
+iteration (reading a scalar costs nothing there). On other devices CG keeps its
+scalars on the device and reads the residual on the host only every
+``check_every`` iterations: iterations after convergence are no-ops (α = β = 0),
+so it stops at the same iterate, without a host synchronisation per iteration.
+GMRES reads its small Hessenberg system on the host every iteration.
 """
 
 from __future__ import annotations
@@ -18,18 +22,26 @@ MatVec = Callable[[Vec], Vec]
 
 
 def dot(a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
-    """⟨a, b⟩ as a 0-d float64 tensor."""
-    parts = [torch.dot(x.reshape(-1), y.reshape(-1)).double().cpu() for x, y in zip(a, b)]
-    return torch.stack(parts).sum()
+    """⟨a, b⟩ as a 0-d float64 tensor on the first tensor's device (no host sync)."""
+    parts = [torch.dot(x.reshape(-1), y.reshape(-1)).to(a[0].device, torch.float64) for x, y in zip(a, b)]
+    return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
 
 
 def cg(
-    matvec: MatVec, b: Vec, x0: Vec | None = None, tol: float = 1e-10, atol: float = 0.0, maxiter: int | None = None
+    matvec: MatVec,
+    b: Vec,
+    x0: Vec | None = None,
+    tol: float = 1e-10,
+    atol: float = 0.0,
+    maxiter: int | None = None,
+    check_every: int | None = None,
 ) -> tuple[Vec, int]:
     """Conjugate gradients for a symmetric positive definite operator.
 
     Stops when ‖r‖² < tol·‖b‖² or ‖r‖² < atol (squared norms, as in the CGDs
-    package's ACGD), or after ``maxiter`` iterations (default: the dimension).
+    package's ACGD), when r = 0, or after ``maxiter`` iterations (default: the
+    dimension). ``check_every``: read the residual on the host every this many
+    iterations (default: 1 on the CPU, 8 elsewhere; see the module docstring).
     """
     if maxiter is None:
         maxiter = sum(t.numel() for t in b)
@@ -39,9 +51,13 @@ def cg(
     else:
         x = [t.clone() for t in x0]
         r = list(torch._foreach_sub(b, matvec(x)))
+    if check_every is None:
+        check_every = 1 if b[0].device.type == "cpu" else 8
+    if check_every > 1:
+        return _cg_on_device(matvec, b, x, r, tol, atol, maxiter, check_every)
     rr = float(dot(r, r))
     threshold = tol * float(dot(b, b))
-    if rr < threshold or rr < atol:
+    if rr == 0 or rr < threshold or rr < atol:
         return x, 0
     p = [t.clone() for t in r]
     it = 0
@@ -52,7 +68,7 @@ def cg(
         torch._foreach_add_(r, ap, alpha=-alpha)
         new_rr = float(dot(r, r))
         beta, rr = new_rr / rr, new_rr
-        if rr < threshold or rr < atol:
+        if rr == 0 or rr < threshold or rr < atol:
             break
         p = (
             list(torch._foreach_add(r, p, alpha=beta))
@@ -60,6 +76,37 @@ def cg(
             else list(torch._foreach_add(r, torch._foreach_mul(p, beta)))
         )
     return x, it
+
+
+def _cg_on_device(
+    matvec: MatVec, b: Vec, x: Vec, r: Vec, tol: float, atol: float, maxiter: int, check_every: int
+) -> tuple[Vec, int]:
+    """CG with its scalars on the device: once converged, α = β = 0 (x and r stay),
+    so reading the flag every ``check_every`` iterations changes no iterate."""
+    rr = dot(r, r)
+    threshold = tol * dot(b, b)
+
+    def converged(value: Tensor) -> Tensor:
+        return (value == 0) | (value < threshold) | (value < atol)
+
+    done = converged(rr)
+    iterations = torch.zeros((), dtype=torch.int64, device=rr.device)
+    p = [t.clone() for t in r]
+    zero = torch.zeros_like(rr)
+    for it in range(1, maxiter + 1):
+        if (it - 1) % check_every == 0 and bool(done):
+            break
+        ap = matvec(p)
+        alpha = torch.where(done, zero, rr / dot(p, ap))
+        torch._foreach_add_(x, [t * alpha.to(t.dtype) for t in p])
+        torch._foreach_sub_(r, [t * alpha.to(t.dtype) for t in ap])
+        new_rr = dot(r, r)
+        beta = torch.where(done, zero, new_rr / rr)
+        iterations += (~done).to(torch.int64)
+        rr = torch.where(done, rr, new_rr)
+        done = done | converged(rr)
+        p = list(torch._foreach_add(r, [t * beta.to(t.dtype) for t in p]))
+    return x, int(iterations)
 
 
 def gmres(

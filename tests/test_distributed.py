@@ -32,7 +32,7 @@ ALGORITHMS = {
     "ACGD": lambda: gameopt.ACGD([0.02, 0.01], maxiter=4),
 }
 # collectives per step: one per vector field and per Jacobian product
-COLLECTIVES = {"SimGD": 1, "Extragradient": 2, "Optimistic": 1, "Consensus": 2, "SGA": 3, "LOLA": 4, "SOS": 4}
+COLLECTIVES = {"SimGD": 1, "Extragradient": 2, "Optimistic": 1, "Consensus": 2, "SGA": 3, "LOLA": 3, "SOS": 4}
 
 
 def _free_port() -> int:

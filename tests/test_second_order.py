@@ -142,13 +142,15 @@ def test_zero_sum_solver_refuses_general_sum_games() -> None:
 
 @pytest.mark.parametrize("game_name", list(GAMES))
 @pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
-def test_linearization_products(game_name, raw) -> None:
+@pytest.mark.parametrize("cross", [False, True], ids=["", "cross"])
+def test_linearization_products(game_name, raw, cross) -> None:
     tg = GAMES[game_name]()
     game = tg.build(gameopt.SimGD(0.1), raw=raw)
     ws = tg.params()
     J, H = _ho(tg, ws)
     D = J - H
-    lin = game.linearize()
+    lin = gameopt.game.Oracle(game, game.losses).linearize(cross=cross)
+    assert (lin.cross is not None) == cross
     layout = game.layout
     g = torch.Generator().manual_seed(0)
     v = layout.from_per_player([torch.randn(w.numel(), generator=g, dtype=torch.float64) for w in ws])
@@ -166,6 +168,9 @@ def test_linearization_products(game_name, raw) -> None:
         "jvp_repeated_again": (lin.jvp_repeated(v), J @ vv),
         "offdiag_jvp_again": (lin.offdiag_jvp(v), H @ vv),
         "chi": (lin.chi(), _chi(tg, ws)),
+        "shaping": (lin.shaping(v), H @ vv + _chi(tg, ws)),
+        "shaping without chi": (lin.shaping(v, chi=False), H @ vv),
+        "shaping without v": (lin.shaping(None), _chi(tg, ws)),
     }
     for name, (got, want) in cases.items():
         torch.testing.assert_close(flat(got), want, rtol=1e-11, atol=1e-12, msg=name)
@@ -303,6 +308,7 @@ def test_zero_sum_linearization_products(batched, raw) -> None:
     for i, j in ((0, 1), (1, 0), (0, 0), (1, 1)):
         close(zs.block_vjp(i, j, v), general.block_vjp(i, j, v), f"block_vjp {i} {j}")
     close(zs.chi(), general.chi(), "chi")
+    close(zs.shaping(v), general.shaping(v), "shaping")
     for a, b in zip(zs.cross_gradients(), general.cross_gradients()):
         close(a, b, "cross_gradients")
     (jt, j), (jt_ref, j_ref) = zs.vjp_jvp(v), general.vjp_jvp(v)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..linalg import cg, gmres
+from ..linalg import MatVec, cg, gmres
 from .base import Algorithm, State, check_bool, check_number
 
 if TYPE_CHECKING:
@@ -40,6 +40,21 @@ def competitive_step(
         return delta, delta
     layout = oracle.layout
     a, b = 1, 0
+    B, Bt, matvec, sqrt_eta = schur_operator(lin, eta)
+    xi_a, xi_b = layout.only(xi, a), layout.only(xi, b)
+    rhs = list(torch._foreach_mul(torch._foreach_sub(xi_a, B(torch._foreach_mul(eta, xi_b))), -1.0))
+    torch._foreach_mul_(rhs, sqrt_eta)
+    c, _ = cg(matvec, rhs, x0=warm, **solver)
+    delta_a = list(torch._foreach_mul(sqrt_eta, c))
+    delta_b = list(torch._foreach_mul(torch._foreach_mul(eta, torch._foreach_sub(xi_b, Bt(delta_a))), -1.0))
+    return list(torch._foreach_add(delta_a, delta_b)), c
+
+
+def schur_operator(lin: Linearization, eta: Vec) -> tuple[MatVec, MatVec, MatVec, Vec]:
+    """For a two-player zero-sum game (a = player 1, b = player 0): B u = (∂ξ_a/∂w_b) u,
+    Bᵀ x, the symmetric Schur complement c ↦ c + √η_a B η_b Bᵀ √η_a c (two
+    Jacobian products through the kept graph), and √η."""
+    a, b = 1, 0
     sqrt_eta = list(torch._foreach_sqrt(eta))
 
     def B(u: Vec) -> Vec:  # (∂ξ_a/∂w_b) u = −(∂ξ_b/∂w_a)ᵀ u in the zero-sum case
@@ -48,18 +63,13 @@ def competitive_step(
     def Bt(x: Vec) -> Vec:  # (∂ξ_a/∂w_b)ᵀ x
         return lin.block_vjp(a, b, x)
 
-    xi_a, xi_b = layout.only(xi, a), layout.only(xi, b)
-    rhs = list(torch._foreach_mul(torch._foreach_sub(xi_a, B(torch._foreach_mul(eta, xi_b))), -1.0))
-    torch._foreach_mul_(rhs, sqrt_eta)
-
     def matvec(c: Vec) -> Vec:
-        inner = B(list(torch._foreach_mul(eta, Bt(list(torch._foreach_mul(sqrt_eta, c))))))
-        return list(torch._foreach_add(c, torch._foreach_mul(sqrt_eta, inner)))
+        inner = list(torch._foreach_mul(eta, Bt(list(torch._foreach_mul(sqrt_eta, c)))))
+        minus_b = lin.block_vjp(b, a, inner)  # −B inner (a fresh vector)
+        torch._foreach_mul_(minus_b, sqrt_eta)
+        return list(torch._foreach_sub(c, minus_b))  # c + √η B(…), exactly: negation is exact
 
-    c, _ = cg(matvec, rhs, x0=warm, **solver)
-    delta_a = list(torch._foreach_mul(sqrt_eta, c))
-    delta_b = list(torch._foreach_mul(torch._foreach_mul(eta, torch._foreach_sub(xi_b, Bt(delta_a))), -1.0))
-    return list(torch._foreach_add(delta_a, delta_b)), c
+    return B, Bt, matvec, sqrt_eta
 
 
 def _check_zero_sum(lin: Linearization, n_players: int) -> None:
