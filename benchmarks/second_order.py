@@ -389,7 +389,7 @@ def backward_passes(name: str, n_players: int) -> int:
 
     torch.autograd.grad = counting
     try:
-        game._forward_mode_ok = True
+        game._forward_mode.ok = True
         game.step()
     finally:
         torch.autograd.grad = real

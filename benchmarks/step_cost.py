@@ -413,7 +413,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     zero = [torch.zeros_like(t) for t in delta]
     pieces: dict[str, Callable[[], object]] = {
         "Game.step (SimGD), all of it": step,
-        "autodiff.first_order (xi into flat grad)": lambda: autodiff.first_order(game, [0, 1], args, {}),
+        "autodiff.first_order (xi into flat grad)": lambda: autodiff.first_order(game._problem, [0, 1], args, {}),
         "Game._sync (Player.check/stale)": game._sync,
         "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),

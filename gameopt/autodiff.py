@@ -26,26 +26,57 @@ import operator
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.autograd.forward_ad as fwAD
-from torch import Tensor
+from torch import Tensor, nn
 
 from .buffer import _view
 from .evaluation import Evaluations, LossError, split_losses
-from .layout import Entry, Vec
-
-if TYPE_CHECKING:
-    from .game import Game
+from .layout import Entry, JointLayout, Vec
 
 log = logging.getLogger(__name__)
 
 
-def evaluate_losses(game: Game, closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
+class ForwardMode:
+    """Whether Jv may use forward-mode AD for these losses: set to False, once, when
+    PyTorch reports an op without a forward-mode formula (then double backward)."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+
+@dataclass(frozen=True)
+class Problem:
+    """All that this module sees of a game (it never sees the ``Game``): per player
+    its name, parameters, their views into the flat gradient buffer, where each is
+    registered in its module, and whether it has sparse gradients; the joint layout;
+    the cross-rank average of a joint vector. The game builds one per layout."""
+
+    names: list[str]
+    params: list[list[nn.Parameter]]
+    grad_views: list[list[Tensor]]
+    places: list[list[list[tuple[nn.Module, str]]]]
+    sparse: list[bool]
+    sizes: list[int]  # trainable elements per player
+    modules: list[nn.Module]  # the players' modules (players given as tensors have none)
+    layout: JointLayout
+    mean_: Callable[[Vec], Vec]  # average across ranks in place (identity on one process)
+    parallel: bool  # data-parallel: ξ is an average across ranks
+    forward_mode: ForwardMode
+
+    @property
+    def functional(self) -> bool:
+        """Every player has a module whose parameters can be substituted."""
+        return len(self.modules) == len(self.names)
+
+
+def evaluate_losses(problem: Problem, closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
     """Evaluate the losses (``closure()``): one scalar per player (checked) and the metrics."""
-    return split_losses(closure(), [p.name for p in game.players])
+    return split_losses(closure(), problem.names)
 
 
 def _no_path(player_name: str) -> LossError:
@@ -53,13 +84,13 @@ def _no_path(player_name: str) -> LossError:
 
 
 def first_order(
-    game: Game, which: Sequence[int], closure: Callable[[], Any], scale: float = 1.0
+    problem: Problem, which: Sequence[int], closure: Callable[[], Any], scale: float = 1.0
 ) -> tuple[list[Tensor], dict[str, Any]]:
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
     detached losses and the metrics. Other players' gradient buffers are left untouched.
     With ``scale`` (loss scaling), the losses are differentiated times ``scale`` and
     the gradients divided by it (an overflow shows as a non-finite ξ)."""
-    losses, metrics = evaluate_losses(game, closure)
+    losses, metrics = evaluate_losses(problem, closure)
     if scale != 1.0:
         losses = [loss * scale for loss in losses]
     last = len(which) - 1
@@ -68,28 +99,28 @@ def first_order(
     pending = 0
     with torch.no_grad():  # the copies; autograd.grad itself does not depend on grad mode
         for k, i in enumerate(which):
-            player = game.players[i]
+            name = problem.names[i]
             try:
-                grads = torch.autograd.grad(losses[i], player._params, retain_graph=k < last, allow_unused=True)
+                grads = torch.autograd.grad(losses[i], problem.params[i], retain_graph=k < last, allow_unused=True)
             except RuntimeError as err:
                 if losses[i].grad_fn is None:
-                    raise _no_path(player.name) from err
+                    raise _no_path(name) from err
                 raise
-            views = game._grad_views[i]
-            if all(map(operator.is_not, grads, repeat(None))) and not player.has_sparse_grad:
+            views = problem.grad_views[i]
+            if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
                 dst += views  # the common case
                 src += grads
             else:
                 have = [(v, g) for v, g in zip(views, grads) if g is not None]
                 if not have:
-                    raise _no_path(player.name)
+                    raise _no_path(name)
                 for v, g in zip(views, grads):
                     if g is None:
                         v.zero_()
                 dst += [v for v, _ in have]
                 src += [g.to_dense() if g.is_sparse else g for _, g in have]
             # copy many small players' gradients at once; large ones right away (memory)
-            pending += player.numel
+            pending += problem.sizes[i]
             if k == last or pending >= _COPY_BATCH:
                 torch._foreach_copy_(dst, src)
                 if scale != 1.0:
@@ -102,12 +133,12 @@ _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into 
 
 
 @contextlib.contextmanager
-def _substituted(game: Game, values: dict[int, Tensor]) -> Iterator[None]:
+def _substituted(problem: Problem, values: dict[int, Tensor]) -> Iterator[None]:
     """Let the modules use ``values[id(param)]`` in place of their parameters."""
     swapped = []
     try:
-        for player in game.players:
-            for p, places in zip(player._params, player._owners):
+        for params, registered in zip(problem.params, problem.places):
+            for p, places in zip(params, registered):
                 for sub, name in places:
                     # assign in the dict itself (as torch.func.functional_call does):
                     # the module's parameter order stays as it was
@@ -120,12 +151,12 @@ def _substituted(game: Game, values: dict[int, Tensor]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def jacobian_mode(game: Game) -> Iterator[None]:
+def jacobian_mode(problem: Problem) -> Iterator[None]:
     """Kernels with double backward: the math attention backend, and mkldnn off where
     a recurrent layer would use its (forward-AD-less) CPU kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    modules = game._modules()
+    modules = problem.modules
     rnn = any(isinstance(sub, torch.nn.RNNBase) for m in modules for sub in m.modules())
     mkldnn = torch._C._get_mkldnn_enabled()
     try:
@@ -172,7 +203,7 @@ class Linearization:
 
     def __init__(
         self,
-        game: Game,
+        problem: Problem,
         closure: Callable[[], Any],
         evaluations: Evaluations,
         tangent: Vec | None = None,
@@ -180,15 +211,17 @@ class Linearization:
         scale: float = 1.0,
         cross: bool = False,
     ) -> None:
-        self.game, self.closure, self.scale = game, closure, scale
+        self.problem, self.closure, self.scale = problem, closure, scale
         self.evaluations = evaluations
-        self._mean = game._mean_
-        layout = game.layout
+        self._mean = problem.mean_
+        layout = problem.layout
         self.layout = layout
-        self.entries_of = [[k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(game.players))]
+        self.entries_of = [
+            [k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(problem.names))
+        ]
         self.inputs: list[list[Tensor]] = []  # per entry: the tensors differentiated against
         values: dict[int, Tensor] = {}
-        self.functional = all(p.module is not None for p in game.players)
+        self.functional = problem.functional
         for e in layout.entries:
             if self.functional:
                 leaf = layout.entry_view(layout.data, e).detach().requires_grad_()
@@ -198,14 +231,14 @@ class Linearization:
                 self.inputs.append([source])
             else:
                 self.inputs.append(list(e.buffer.params))
-        with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
-            self.losses, self.metrics = evaluate_losses(game, closure)
+        with jacobian_mode(problem), _substituted(problem, values) if self.functional else contextlib.nullcontext():
+            self.losses, self.metrics = evaluate_losses(problem, closure)
             self.pieces: list[Tensor] = [torch.empty(0)] * len(layout.entries)  # per entry: differentiable ξ
             # with ``cross``, per player i: ∇_{w_k} f_i for the other players' entries k, with its graph
             self.cross: list[dict[int, Tensor | None]] | None = [] if cross and tangent is None else None
-            for i, player in enumerate(game.players):
+            for i, name in enumerate(problem.names):
                 if self.losses[i].grad_fn is None:
-                    raise _no_path(player.name)
+                    raise _no_path(name)
                 # forward-over-reverse (a tangent) needs no graph of the backward itself
                 loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
                 ins = self._all() if self.cross is not None else self.entries_of[i]
@@ -213,7 +246,7 @@ class Linearization:
                 if scale != 1.0:  # loss scaling: every product below is unscaled
                     grads = {k: None if g is None else g / scale for k, g in grads.items()}
                 if all(grads[k] is None for k in self.entries_of[i]):
-                    raise _no_path(player.name)
+                    raise _no_path(name)
                 for k in self.entries_of[i]:
                     g = grads.pop(k)
                     self.pieces[k] = self._zeros(k) if g is None else g
@@ -351,7 +384,7 @@ class Linearization:
             else:
                 parts = self._grad([self.losses[i]], None, others) if others else {}
             out.append(self._to_vec({k: None if g is None else g.detach() for k, g in parts.items()}))
-        if self.game._parallel is not None:
+        if self.problem.parallel:
             stacked = [torch.cat([vec[g] for vec in out]) for g in range(len(out[0]))]
             self._mean(stacked)
             out = [[t.chunk(len(out))[i].clone() for t in stacked] for i in range(len(out))]
@@ -374,7 +407,7 @@ class Linearization:
         products of :meth:`offdiag_jvp` and the passes of :meth:`cross_gradients`."""
         if not chi:
             cbar = None
-        elif self.cross is not None and self.game._parallel is None:  # no average to take: no copies
+        elif self.cross is not None and not self.problem.parallel:  # no average to take: no copies
             cbar = [{k: None if c is None else c.detach() for k, c in cross.items()} for cross in self.cross]
         else:
             cbar = [
@@ -415,13 +448,12 @@ class Linearization:
         return self._mean(self._jvp(v))
 
     def _jvp(self, v: Vec) -> Vec:
-        game = self.game
-        if self.functional and game._forward_mode_ok:
+        if self.functional and self.problem.forward_mode.ok:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
                 with self.evaluations(plain=False), fwAD.dual_level():
                     dual = Linearization(
-                        game, self.closure, self.evaluations, tangent=v, average=False, scale=self.scale
+                        self.problem, self.closure, self.evaluations, tangent=v, average=False, scale=self.scale
                     )
                     tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
                 return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
@@ -431,7 +463,7 @@ class Linearization:
                 if not _NO_FORWARD_AD.search(str(err)):
                     raise
                 log.info("forward-mode AD unavailable (%s); using double backward for Jv", err)
-                game._forward_mode_ok = False
+                self.problem.forward_mode.ok = False
         return self._jvp_double_backward(v)
 
     def _transposed(self, offdiag: bool) -> tuple[list[Tensor], dict[int, Tensor | None]]:
@@ -512,19 +544,20 @@ class ZeroSumLinearization:
 
     def __init__(
         self,
-        game: Game,
+        problem: Problem,
         closure: Callable[[], Any],
         evaluations: Evaluations,
         scale: float = 1.0,
         batched: bool = False,
     ) -> None:
-        if len(game.players) != 2:
-            n = len(game.players)
+        if len(problem.names) != 2:
+            n = len(problem.names)
             raise ValueError(f"zero_sum=True is for two-player games given as losses (f, -f), got {n} players")
-        self.game, self.closure, self.evaluations, self.scale, self.batched = game, closure, evaluations, scale, batched
-        self._mean = game._mean_
-        layout = self.layout = game.layout
-        self.functional = all(p.module is not None for p in game.players)
+        self.problem, self.closure, self.evaluations = problem, closure, evaluations
+        self.scale, self.batched = scale, batched
+        self._mean = problem.mean_
+        layout = self.layout = problem.layout
+        self.functional = problem.functional
         values: dict[int, Tensor] = {}
         self.inputs: list[list[Tensor]] = []  # per group: the tensors differentiated against
         for g, data in enumerate(layout.data):
@@ -535,11 +568,11 @@ class ZeroSumLinearization:
             else:
                 self.inputs.append([p for e in layout._group_entries[g] for p in e.buffer.params])
         self._flat_inputs = [t for ins in self.inputs for t in ins]
-        with jacobian_mode(game), _substituted(game, values) if self.functional else contextlib.nullcontext():
-            self.losses, self.metrics = evaluate_losses(game, closure)
+        with jacobian_mode(problem), _substituted(problem, values) if self.functional else contextlib.nullcontext():
+            self.losses, self.metrics = evaluate_losses(problem, closure)
             f = self.losses[0]
             if f.grad_fn is None:
-                raise _no_path(game.players[0].name)
+                raise _no_path(problem.names[0])
             if bool((f.detach() + self.losses[1].detach()).reshape(()) != 0):
                 raise ValueError("zero_sum=True needs a two-player zero-sum game given as losses (f, -f)")
             grads = torch.autograd.grad(
@@ -629,7 +662,7 @@ class ZeroSumLinearization:
 
     def vjp(self, u: Vec) -> Vec:
         """Jᵀ u = H S u (Jᵀξ = H∇f: no copy, where ξ is this rank's own)."""
-        own = u is self.xi and self.game._parallel is None
+        own = u is self.xi and not self.problem.parallel
         return self._mean(self._hvps([self.grad_f if own else self._signed(u)])[0])
 
     def jvp(self, v: Vec) -> Vec:
@@ -688,7 +721,7 @@ class ZeroSumLinearization:
 
 
 def linearize(
-    game: Game,
+    problem: Problem,
     closure: Callable[[], Any],
     evaluations: Evaluations,
     scale: float = 1.0,
@@ -700,5 +733,5 @@ def linearize(
     ``zero_sum``, through the one scalar f of a two-player game (f, −f); with
     ``cross``, the cross gradients ∇_{w_j} f_i kept too (for opponent shaping)."""
     if zero_sum:
-        return ZeroSumLinearization(game, closure, evaluations, scale=scale, batched=batched)
-    return Linearization(game, closure, evaluations, scale=scale, cross=cross)
+        return ZeroSumLinearization(problem, closure, evaluations, scale=scale, batched=batched)
+    return Linearization(problem, closure, evaluations, scale=scale, cross=cross)

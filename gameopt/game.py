@@ -84,7 +84,7 @@ class Oracle:
             self.game._together(),
             self.evaluations(plain=at is None and along is None) as own,
         ):
-            losses, metrics = autodiff.first_order(self.game, list(which), self.closure, self.scale)
+            losses, metrics = autodiff.first_order(self.game._problem, list(which), self.closure, self.scale)
         self._seen(losses, metrics if own else None)
         return self.game._mean_(self.layout.grad)
 
@@ -119,7 +119,13 @@ class Oracle:
         reverse pass per player (:meth:`~gameopt.autodiff.Linearization.shaping`)."""
         with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
             lin = autodiff.linearize(
-                self.game, self.closure, self.evaluations, self.scale, zero_sum=zero_sum, batched=batched, cross=cross
+                self.game._problem,
+                self.closure,
+                self.evaluations,
+                self.scale,
+                zero_sum=zero_sum,
+                batched=batched,
+                cross=cross,
             )
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
@@ -222,7 +228,7 @@ class Game:
             raise TypeError(f"loss_scale must be a gameopt.DynamicLossScale, got {type(loss_scale).__name__}")
         self.loss_scale = loss_scale
         self.skipped_steps = 0
-        self._forward_mode_ok = True
+        self._forward_mode = autodiff.ForwardMode()  # kept across re-layouts
         self.algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
         if not isinstance(self.algorithm, Algorithm):
             raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(self.algorithm).__name__}")
@@ -294,6 +300,20 @@ class Game:
                 buf, idx = player._where[id(p)]
                 views.append(buf.grad_view(idx))
             self._grad_views.append(views)
+        # what autodiff sees of this game (it never sees the Game)
+        self._problem = autodiff.Problem(
+            names=[p.name for p in self.players],
+            params=[p.parameters for p in self.players],
+            grad_views=self._grad_views,
+            places=[p.places for p in self.players],
+            sparse=[p.has_sparse_grad for p in self.players],
+            sizes=[p.numel for p in self.players],
+            modules=self._modules(),
+            layout=self.layout,
+            mean_=self._mean_,
+            parallel=self._parallel is not None,
+            forward_mode=self._forward_mode,
+        )
         self._backup: Vec | None = None
         self._pool = VecPool(self.layout)
         self._watch = _Watch(self.players)
@@ -430,7 +450,9 @@ class Game:
         :meth:`step` moves them, once per step."""
         self._sync()
         with self._together(), self._evaluations()(plain=False):
-            autodiff.first_order(self, range(len(self.players)), functools.partial(self.losses, *args, **kwargs))
+            autodiff.first_order(
+                self._problem, range(len(self.players)), functools.partial(self.losses, *args, **kwargs)
+            )
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
 
     def _evaluations(self) -> Evaluations:
@@ -443,7 +465,7 @@ class Game:
         self._sync()
         evaluations = self._evaluations()
         with evaluations(plain=False):
-            return autodiff.linearize(self, functools.partial(self.losses, *args, **kwargs), evaluations)
+            return autodiff.linearize(self._problem, functools.partial(self.losses, *args, **kwargs), evaluations)
 
     def jacobian_operator(self, *args: Any, **kwargs: Any) -> Any:
         """J at the current point as a ``scipy.sparse.linalg.LinearOperator`` (see

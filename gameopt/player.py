@@ -332,6 +332,12 @@ class Player:
         """The fused parameters, in fusing order."""
         return list(self._params)
 
+    @property
+    def places(self) -> list[list[tuple[nn.Module, str]]]:
+        """For each fused parameter (in :attr:`parameters` order), the (module,
+        attribute name) pairs where it is registered."""
+        return [list(places) for places in self._owners]
+
     def relink_grads(self) -> None:
         """Point every parameter's ``.grad`` back into the flat gradient buffers."""
         for b in self.buffers:

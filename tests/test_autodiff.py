@@ -128,7 +128,7 @@ def test_jacobian_products_through_gan_layers(case) -> None:
     ho_v = game.linearize().offdiag_jvp(game.layout.from_per_player(v))
     torch.testing.assert_close(torch.cat(game.layout.per_player(ho_v)), Ho @ flat_v, rtol=1e-5, atol=1e-6)
     # the double-backward fallback agrees with forward mode
-    game._forward_mode_ok = False
+    game._forward_mode.ok = False
     torch.testing.assert_close(torch.cat(game.jvp(v)), jv, rtol=1e-10, atol=1e-12)
 
 

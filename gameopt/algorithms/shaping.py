@@ -21,7 +21,6 @@ def _lookahead(lin: Linearization, alpha: float) -> Vec:
     return list(torch._foreach_add(lin.xi, lin.offdiag_jvp(lin.xi), alpha=-alpha))
 
 
-
 class LA(Algorithm):
     """Look-ahead (Zhang & Lesser 2010; Letcher et al. 2019, "Stable Opponent
     Shaping"): each player anticipates the others' next gradient step,
