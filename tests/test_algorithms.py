@@ -73,6 +73,21 @@ ALGORITHMS = [
         "lookahead",
         {"k": 3, "alpha": 0.5},
     ),
+    # averaging leaves the iterates alone: the base's closed form applies (the average: test_averaging.py)
+    AlgoInfo("Averaging-SimGD", lambda lr: gameopt.Averaging(gameopt.SimGD(lr), start=2), "simgd", {}),
+    AlgoInfo(
+        "Averaging-EMA-ExtraAdam",
+        lambda lr: gameopt.Averaging(gameopt.Extragradient(lr, update=gameopt.Adam((0.5, 0.9))), kind="ema", decay=0.9),
+        "eg",
+        {},
+        lambda: RefRule("adam", betas=(0.5, 0.9)),
+    ),
+    AlgoInfo(
+        "Averaging-Lookahead",
+        lambda lr: gameopt.Averaging(gameopt.Lookahead(gameopt.SimGD(lr), k=3, alpha=0.5), kind="ema", decay=0.5),
+        "lookahead",
+        {"k": 3, "alpha": 0.5},
+    ),
 ]
 IDS = [a.name for a in ALGORITHMS]
 
@@ -87,6 +102,9 @@ GENERIC = [
     AlgoInfo("LOLA", lambda lr: gameopt.LOLA(lr, alpha=0.3, update=gameopt.Momentum(0.5)), "", {}),
     AlgoInfo("SOS", lambda lr: gameopt.SOS(lr, alpha=0.3), "", {}),
     AlgoInfo("Lookahead-CGD", lambda lr: gameopt.Lookahead(gameopt.CGD(lr, tol=1e-6), k=2), "", {}),
+    AlgoInfo(
+        "Averaging-EMA-CGD", lambda lr: gameopt.Averaging(gameopt.CGD(lr, tol=1e-6), kind="ema", decay=0.5), "", {}
+    ),
 ]
 GENERIC_IDS = [a.name for a in GENERIC]
 

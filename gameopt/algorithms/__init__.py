@@ -1,5 +1,6 @@
 """Game optimization algorithms, one small file per family."""
 
+from .averaging import Averaging
 from .base import Algorithm
 from .cgd import ACGD, CGD
 from .extragradient import Extragradient, Optimistic
@@ -18,6 +19,7 @@ __all__ = [
     "SOS",
     "Algorithm",
     "AltGD",
+    "Averaging",
     "ConsensusOptimization",
     "Extragradient",
     "HamiltonianGD",

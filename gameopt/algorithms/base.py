@@ -197,6 +197,31 @@ class Algorithm(torch.optim.Optimizer):
         return f"{type(self).__name__}(lr={lr!r}{extra}{rule})"
 
 
+class Wrapper(Algorithm):
+    """An algorithm around a ``base`` algorithm that moves the iterates: it shares
+    the base's param groups (so its learning rates and schedulers) and its
+    first-order nature; subclasses add state around the base's."""
+
+    def __init__(self, base: Algorithm, **hyper: Any) -> None:
+        if not isinstance(base, Algorithm):
+            raise TypeError(f"base must be a gameopt Algorithm, got {type(base).__name__}")
+        super().__init__(0.0, **hyper)
+        self.base = base
+
+    @property
+    def first_order(self) -> bool:  # type: ignore[override]
+        return self.base.first_order
+
+    def bind(self, game: Game) -> None:
+        self.base.bind(game)
+        torch.optim.Optimizer.__init__(self, self.base.param_groups, {"lr": self.base.lrs[0]})
+        self.game = game
+        self.algo_state = self.init_state(game)
+
+    def refresh_params(self, game: Game) -> None:
+        self.base.refresh_params(game)
+
+
 def tensors_in(obj: Any) -> list[Tensor]:
     if isinstance(obj, Tensor):
         return [obj]

@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .base import Algorithm, State, check_number
+from .base import Algorithm, State, Wrapper, check_number
 
 if TYPE_CHECKING:
     from ..game import Game, Oracle
     from ..layout import Vec
 
 
-class Lookahead(Algorithm):
+class Lookahead(Wrapper):
     """Lookahead-minmax (Chavdarova et al. 2021, "Taming GANs with Lookahead-Minmax").
 
     The base algorithm moves the fast weights; every ``k`` steps all players'
@@ -32,24 +32,8 @@ class Lookahead(Algorithm):
     """
 
     def __init__(self, base: Algorithm, k: int = 5, alpha: float = 0.5) -> None:
-        if not isinstance(base, Algorithm):
-            raise TypeError(f"base must be a gameopt Algorithm, got {type(base).__name__}")
         k = check_number("k", k, low=1, integer=True)
-        super().__init__(0.0, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
-        self.base = base
-
-    @property
-    def first_order(self) -> bool:  # type: ignore[override]
-        return self.base.first_order
-
-    def bind(self, game: Game) -> None:
-        self.base.bind(game)
-        torch.optim.Optimizer.__init__(self, self.base.param_groups, {"lr": self.base.lrs[0]})
-        self.game = game
-        self.algo_state = self.init_state(game)
-
-    def refresh_params(self, game: Game) -> None:
-        self.base.refresh_params(game)
+        super().__init__(base, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
 
     def init_state(self, game: Game) -> State:
         return {"base": self.base.init_state(game), "slow": [t.clone() for t in game.layout.data], "count": 0}

@@ -1,0 +1,105 @@
+"""Iterate averaging around any algorithm: uniform and exponential moving averages."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .base import Algorithm, State, Wrapper, check_number
+
+if TYPE_CHECKING:
+    from ..game import Game, Oracle
+    from ..layout import Vec
+
+
+class Averaging(Wrapper):
+    """The running average w̄ of the iterates of any algorithm (Yazıcı et al. 2019,
+    "The Unusual Effectiveness of Averaging in GAN Training", Sec. 3).
+
+    The base algorithm moves the iterates wₜ exactly as without the wrapper; the
+    state also holds w̄ₜ, equal to wₜ for t ≤ s (``start``) and after that
+
+    .. math:: \\bar w_t = \\bar w_{t-1} + a_t (w_t - \\bar w_{t-1}), \\qquad
+              a_t = \\tfrac{1}{t - s} \\text{ (uniform)}, \\quad a_t = 1 - β \\text{ (ema)}
+
+    ``"uniform"``: w̄ₜ = (w_{s+1} + … + wₜ)/(t − s), the starting point w_s not
+    included (for s = 0, Yazıcı et al.'s MA (1/t) Σᵢ₌₁ᵗ wᵢ: w₀ is left out).
+    ``"ema"``: starts from w̄_s = w_s (w̄₀ = w₀, Yazıcı et al.'s EMA), no bias
+    correction. The iterates are averaged, not extragradient's extrapolation
+    points, whose average has the O(1/t) ergodic rate for monotone games
+    (Nemirovski 2004; Gidel et al. 2019, Thm. 2); on a bilinear game the iterates'
+    average converges at O(1/t) too. An average of feasible points is feasible in
+    a convex set; it is projected where a set is not convex.
+
+    Use :meth:`average` (w̄ per player) or ``with algo.averaged(): ...`` (w̄ in
+    the parameters, for evaluation). Learning rates are the base algorithm's.
+
+    Args:
+        base: the algorithm that moves the iterates.
+        kind: ``"uniform"`` or ``"ema"``.
+        decay: β in [0, 1), for ``"ema"``.
+        start: steps before averaging starts (s).
+    """
+
+    def __init__(self, base: Algorithm, kind: str = "uniform", decay: float = 0.999, start: int = 0) -> None:
+        if not isinstance(kind, str) or kind not in ("uniform", "ema"):
+            raise ValueError(f"kind must be 'uniform' or 'ema', got {kind!r}")
+        decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
+        super().__init__(base, kind=kind, decay=decay, start=check_number("start", start, low=0, integer=True))
+
+    def init_state(self, game: Game) -> State:
+        return {"base": self.base.init_state(game), "avg": [t.clone() for t in game.layout.data], "count": 0}
+
+    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+        delta, base_state = self.base.update(oracle, state["base"])
+        count = state["count"] + 1
+        n = count - self.hyper["start"]
+        a = 1.0 if n <= 0 else 1.0 / n if self.hyper["kind"] == "uniform" else 1.0 - self.hyper["decay"]
+        avg = oracle.moved(delta)  # the new iterate, then a·w + (1 − a)·w̄ in place (exactly w for a = 1)
+        torch._foreach_lerp_(avg, state["avg"], 1.0 - a)
+        oracle.project_nonconvex_(avg)
+        return delta, {"base": base_state, "avg": avg, "count": count}
+
+    def average(self) -> tuple[Tensor | tuple[Tensor, ...], ...]:
+        """w̄ as of the last step (after a player changed, a step carries it over): a
+        copy, one flat tensor per player (a tuple for a player with several (device,
+        dtype) groups), as ``game.layout.per_player``."""
+        game, avg = self._bound()
+        return game.layout.per_player([t.clone() for t in avg])
+
+    @contextlib.contextmanager
+    def averaged(self, players: Sequence[int] | None = None) -> Iterator[None]:
+        """Within the block, the parameters of all players (or of the indices in
+        ``players``) hold w̄; on exit, also on an exception, they are restored bit
+        for bit. For evaluation: a step inside would be undone, not its state."""
+        game, avg = self._bound()
+        layout = game.layout
+        n = layout.num_players
+        which = range(n) if players is None else list(players)
+        for k, i in enumerate(which):
+            check_number(f"players[{k}]", i, low=0, high=n - 1, integer=True)
+        saved = [t.clone() for t in layout.data]
+        try:
+            with torch.no_grad():
+                for i in which:
+                    torch._foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
+            yield
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_(layout.data, saved)
+
+    def _bound(self) -> tuple[Game, Vec]:
+        if self.game is None:
+            raise RuntimeError("Averaging is not part of a game yet: pass it to gameopt.Game(...)")
+        avg = self.algo_state["avg"]
+        if [t.shape for t in avg] != [t.shape for t in self.game.layout.data]:
+            raise RuntimeError("the players changed since the last step: take a step to carry the average over")
+        return self.game, avg
+
+    def __repr__(self) -> str:
+        h = self.hyper
+        return f"Averaging({self.base!r}, kind={h['kind']!r}, decay={h['decay']}, start={h['start']})"
