@@ -14,6 +14,7 @@ from .algorithms import (
     ConsensusOptimization,
     Extragradient,
     HamiltonianGD,
+    Hyper,
     Lookahead,
     Optimistic,
     SimGD,
@@ -24,6 +25,7 @@ from .game import Game, NonFiniteError, Oracle
 from .lagrangian import LagrangianGame
 from .player import Player
 from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
+from .vec import Vec
 
 __all__ = [
     "diagnostics",
@@ -38,6 +40,7 @@ __all__ = [
     "LossError",
     "StepLosses",
     "HamiltonianGD",
+    "Hyper",
     "Adam",
     "Algorithm",
     "AltGD",
@@ -56,5 +59,6 @@ __all__ = [
     "Player",
     "SimGD",
     "UpdateRule",
+    "Vec",
 ]
 __version__ = "0.1.0"

@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from .buffer import _view
 from .evaluation import Evaluations, LossError, split_losses
-from .layout import Entry, JointLayout, Vec
+from .layout import Entry, JointLayout
+from .vec import Vec
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +388,7 @@ class Linearization:
         if self.problem.parallel:
             stacked = [torch.cat([vec[g] for vec in out]) for g in range(len(out[0]))]
             self._mean(stacked)
-            out = [[t.chunk(len(out))[i].clone() for t in stacked] for i in range(len(out))]
+            out = [Vec(t.chunk(len(out))[i].clone() for t in stacked) for i in range(len(out))]
         return out
 
     def chi(self) -> Vec:
@@ -425,7 +426,7 @@ class Linearization:
                     pieces = [self.pieces[k] for k in outs]
                     parts.update(self._grad(pieces, [g[k] for k in outs], self.entries_of[i]))
                 terms.append(self._to_vec(parts))
-            return self._mean(terms[0] if len(terms) == 1 else list(torch._foreach_add(*terms)))
+            return self._mean(terms[0] if len(terms) == 1 else terms[0] + terms[1])
         parts = {}
         view = self.layout.entry_view
         for i, ks in enumerate(self.entries_of):
@@ -590,7 +591,7 @@ class ZeroSumLinearization:
     def _to_vec(self, per_input: Sequence[Tensor | None]) -> Vec:
         """A joint vector from one tensor (or None: zero) per input."""
         if self.functional:
-            return [torch.zeros_like(d) if t is None else t for t, d in zip(per_input, self.layout.data)]
+            return Vec(torch.zeros_like(d) if t is None else t for t, d in zip(per_input, self.layout.data))
         out = self.layout.zeros()
         dst, src = [], []
         pos = 0
@@ -613,7 +614,7 @@ class ZeroSumLinearization:
 
     def _signed(self, v: Vec) -> Vec:
         """S v: a new vector, player 1's part negated."""
-        out = [t.clone() for t in v]
+        out = Vec(v).clone()
         for e in self.layout.by_player[1]:
             self.layout.entry_view(out, e).neg_()
         return out
@@ -685,7 +686,7 @@ class ZeroSumLinearization:
 
     def _diag(self, v: Vec) -> Vec:
         parts = self._hvps([self._only(v, 0), self._only(v, 1)])
-        return self._sign_(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1))))
+        return self._sign_(self._only(parts[0], 0) + self._only(parts[1], 1))
 
     def diag(self, v: Vec) -> Vec:
         """D v = (s_i H_ii v_i)_i: two Hessian-vector products."""
@@ -694,30 +695,29 @@ class ZeroSumLinearization:
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v = (s_i H_ij v_j)_i: two Hessian-vector products."""
         parts = self._hvps([self._only(v, 1), self._only(v, 0)])
-        return self._mean(self._sign_(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1)))))
+        return self._mean(self._sign_(self._only(parts[0], 0) + self._only(parts[1], 1)))
 
     def offdiag_vjp(self, u: Vec) -> Vec:
         """H_oᵀ u = (s_j H_ij u_j)_i: two Hessian-vector products."""
         su = self._signed(u)
         parts = self._hvps([self._only(su, 1), self._only(su, 0)])
-        return self._mean(list(torch._foreach_add(self._only(parts[0], 0), self._only(parts[1], 1))))
+        return self._mean(self._only(parts[0], 0) + self._only(parts[1], 1))
 
     def shaping(self, v: Vec | None, chi: bool = True) -> Vec:
         """H_o v + χ (either term may be left out: ``v=None``, ``chi=False``)."""
         terms = ([self.offdiag_jvp(v)] if v is not None else []) + ([self.chi()] if chi else [])
-        return terms[0] if len(terms) == 1 else list(torch._foreach_add(*terms))
+        return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
     def cross_gradients(self) -> list[Vec]:
         """(∇_{w_1} f_0, 0) = P_1 ∇f and (0, ∇_{w_0} f_1) = −P_0 ∇f."""
         first = self._only(self.grad_f, 1)
-        second = self._only(self.grad_f, 0)
-        torch._foreach_neg_(second)
+        second = -self._only(self.grad_f, 0)
         return [self._mean(first), self._mean(second)]
 
     def chi(self) -> Vec:
         """χ_i = (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i (j ≠ i)."""
         c0, c1 = self.cross_gradients()
-        return list(torch._foreach_add(self.block_vjp(1, 0, c0), self.block_vjp(0, 1, c1)))
+        return self.block_vjp(1, 0, c0) + self.block_vjp(0, 1, c1)
 
 
 def linearize(

@@ -16,8 +16,7 @@ from torch import Tensor
 
 from .buffer import FlatBuffer
 from .player import Player
-
-Vec = list[Tensor]
+from .vec import Vec
 
 
 @dataclass(frozen=True)
@@ -51,8 +50,8 @@ class JointLayout:
                 sizes[g] = start + buf.numel
         self.keys = keys
         self.num_players = len(players)
-        self.data: Vec = [torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes)]
-        self.grad: Vec = [torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes)]
+        self.data = Vec(torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes))
+        self.grad = Vec(torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes))
         for e in self.entries:
             e.buffer.rehome(self.data[e.group][e.start : e.stop], self.grad[e.group][e.start : e.stop])
         self.by_player: list[list[Entry]] = [[e for e in self.entries if e.player == i] for i in range(len(players))]
@@ -66,10 +65,10 @@ class JointLayout:
 
     # ------------------------------------------------------------- vectors
     def zeros(self) -> Vec:
-        return [torch.zeros_like(t) for t in self.data]
+        return Vec(torch.zeros_like(t) for t in self.data)
 
     def empty(self) -> Vec:
-        return [torch.empty_like(t) for t in self.data]
+        return Vec(torch.empty_like(t) for t in self.data)
 
     def entry_view(self, vec: Vec, e: Entry) -> Tensor:
         """The part of a joint vector that belongs to one player buffer (a plain slice;
@@ -142,8 +141,7 @@ class JointLayout:
 
     def dot(self, a: Vec, b: Vec) -> Tensor:
         """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""
-        parts = [torch.dot(x, y).to(device=a[0].device, dtype=torch.float64) for x, y in zip(a, b)]
-        return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+        return Vec(a).dot(b)
 
 
 class VecPool:

@@ -269,3 +269,79 @@ def test_ints_are_numbers_and_per_player_lengths_are_checked_when_the_game_is_bu
 def test_wrong_number_of_learning_rates() -> None:
     with pytest.raises(ValueError, match="2 learning rates for 3 players"):
         GAMES["quadratic"]().build(gameopt.SimGD([0.1, 0.2]))
+
+
+SCHEDULABLE = [
+    ("gamma", lambda g: gameopt.ConsensusOptimization(0.05, gamma=g), 0.5, 0.2),
+    ("lam", lambda g: gameopt.SGA(0.05, lam=g, align=False), 0.5, -0.25),
+    ("alpha", lambda g: gameopt.LOLA(0.05, alpha=g), 0.3, 0.1),
+    ("alpha", lambda g: gameopt.SOS(0.05, alpha=g), 0.3, 0.1),
+    ("beta", lambda g: gameopt.ACGD([0.05, 0.02], beta=g), 0.9, 0.5),
+]
+
+
+@pytest.mark.parametrize(
+    "name, make, before, after", SCHEDULABLE, ids=[type(m(0.1)).__name__ for _, m, _, _ in SCHEDULABLE]
+)
+def test_hyperparameters_live_in_the_param_groups_where_a_schedule_reaches_them(name, make, before, after) -> None:
+    """Setting ``group[name]`` between steps (what a scheduler does) gives the steps of
+    an algorithm built with the new value; checkpoints carry the scheduled value."""
+    tg = GAMES["bilinear"]()
+    game = tg.build(make(before))
+    assert [g[name] for g in game.algorithm.param_groups] == [before, before]
+    game.step()
+    for g in game.algorithm.param_groups:
+        g[name] = after
+    assert getattr(game.algorithm, name) == after
+    game.step()
+    scheduled = tg.params()
+
+    tg2 = GAMES["bilinear"]()
+    ref = tg2.build(make(before))
+    ref.step()
+    state = ref.state_dict()
+    ref2 = tg2.build(make(after))
+    saved = {
+        **state,
+        "algorithm": {**state["algorithm"], "param_groups": ref2.state_dict()["algorithm"]["param_groups"]},
+    }
+    ref2.load_state_dict(saved)  # same point and state, the new value
+    ref2.step()
+    for a, b in zip(scheduled, tg2.params()):
+        assert torch.equal(a, b)
+    # the checkpoint carries the scheduled value
+    other = tg2.build(make(before))
+    other.load_state_dict(game.state_dict())
+    assert getattr(other.algorithm, name) == after
+
+
+def test_a_bad_scheduled_value_is_refused_naming_the_group() -> None:
+    tg = GAMES["bilinear"]()
+    game = tg.build(gameopt.ConsensusOptimization(0.05, gamma=0.5))
+    before = tg.params()
+    game.algorithm.param_groups[1]["gamma"] = -1.0
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\.gamma must be a finite number in \[0, inf\)"):
+        game.step()
+    game.algorithm.param_groups[1]["gamma"] = 0.25  # differs from player 0's
+    with pytest.raises(ValueError, match="uses one gamma for all players"):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+    sd = game.state_dict()
+    sd["algorithm"]["param_groups"][0]["gamma"] = float("nan")
+    fresh = tg.build(gameopt.ConsensusOptimization(0.05, gamma=0.5))
+    with pytest.raises(ValueError, match=r"algorithm\.param_groups\[0\]\.gamma must be"):
+        fresh.load_state_dict(sd)
+    assert fresh.algorithm.gamma == 0.5
+
+
+def test_a_checkpoint_without_the_scheduled_keys_still_loads() -> None:
+    """Checkpoints written before the hyperparameters moved to the param groups."""
+    tg = GAMES["bilinear"]()
+    game = tg.build(gameopt.ConsensusOptimization(0.05, gamma=0.5))
+    game.step()
+    sd = game.state_dict()
+    for g in sd["algorithm"]["param_groups"]:
+        del g["gamma"]
+    other = tg.build(gameopt.ConsensusOptimization(0.05, gamma=0.5))
+    other.load_state_dict(sd)
+    assert other.algorithm.gamma == 0.5

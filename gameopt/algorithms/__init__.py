@@ -1,7 +1,7 @@
 """Game optimization algorithms, one small file per family."""
 
 from .averaging import Averaging
-from .base import Algorithm
+from .base import Algorithm, Hyper
 from .cgd import ACGD, CGD
 from .extragradient import Extragradient, Optimistic
 from .gradient_play import AltGD, SimGD
@@ -23,6 +23,7 @@ __all__ = [
     "ConsensusOptimization",
     "Extragradient",
     "HamiltonianGD",
+    "Hyper",
     "Lookahead",
     "Optimistic",
     "SimGD",

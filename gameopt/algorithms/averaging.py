@@ -57,8 +57,8 @@ class Averaging(Wrapper):
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
-        n = count - self.hyper["start"]
-        a = 1.0 if n <= 0 else 1.0 / n if self.hyper["kind"] == "uniform" else 1.0 - self.hyper["decay"]
+        n = count - self.start
+        a = 1.0 if n <= 0 else 1.0 / n if self.kind == "uniform" else 1.0 - self.decay
         avg = oracle.moved(delta)  # the new iterate, then a·w + (1 − a)·w̄ in place (exactly w for a = 1)
         torch._foreach_lerp_(avg, state["avg"], 1.0 - a)
         oracle.project_nonconvex_(avg)

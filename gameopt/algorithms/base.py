@@ -69,6 +69,41 @@ def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
     return check_per_player("lr", lr, low=0.0)
 
 
+class Hyper:
+    """A hyperparameter that users may schedule, declared on the algorithm's class
+    (``gamma = Hyper(low=0.0)``). Once the algorithm is in a game it lives in every
+    param group beside ``'lr'``, one value per player, where torch.optim schedulers
+    and users reach it (``for g in algo.param_groups: g["gamma"] *= 0.5``) and
+    checkpoints carry it. ``algo.gamma`` is its value, checked when read: the value
+    shared by all players (a ``ValueError`` if the groups were set apart; see
+    :meth:`Algorithm.per_player` for per-player values)."""
+
+    def __init__(self, **bounds: Any) -> None:
+        self.bounds = bounds
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def check(self, value: Any, path: str | None = None) -> float:
+        return check_number(path or self.name, value, **self.bounds)
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        values = obj.per_player(self.name)
+        if any(v != values[0] for v in values):
+            name = type(obj).__name__
+            raise ValueError(f"{name} uses one {self.name} for all players, the param groups hold {values}")
+        return values[0]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        value = self.check(value)
+        obj._defaults[self.name] = value
+        for group in obj.__dict__.get("param_groups", ()):
+            group[self.name] = value
+
+
 class Algorithm(torch.optim.Optimizer):
     """Base class of gameopt algorithms.
 
@@ -85,18 +120,42 @@ class Algorithm(torch.optim.Optimizer):
     #: mirror version on feasible sets (see :mod:`gameopt.constraints`)
     first_order = True
 
-    def __init__(self, lr: float | Sequence[float], update: UpdateRule | None = None, **hyper: Any) -> None:
+    def __init__(self, lr: float | Sequence[float], update: UpdateRule | None = None, **settings: Any) -> None:
+        """``settings``: the algorithm's other arguments, already checked; each becomes
+        an attribute (a :class:`Hyper` of the class goes to the param groups)."""
         self._lr = _check_lr(lr)
         self.rule = update if update is not None else Plain()
         if not isinstance(self.rule, UpdateRule):
             raise TypeError(f"update must be an UpdateRule (Plain, Momentum, Adam), got {update!r}")
-        self.hyper = hyper
+        self._defaults: dict[str, float] = {}  # the Hyper values before binding
+        self._settings = list(settings)
+        for name, value in settings.items():
+            setattr(self, name, value)
         self.game: Game | None = None
         self.algo_state: State = {}
 
+    @classmethod
+    def hypers(cls) -> dict[str, Hyper]:
+        """The schedulable hyperparameters, by name."""
+        return {k: v for c in reversed(cls.__mro__) for k, v in vars(c).items() if isinstance(v, Hyper)}
+
+    @property
+    def hyper(self) -> dict[str, Any]:
+        """Every setting given to the constructor, by name (for display)."""
+        return {k: getattr(self, k) for k in self._settings}
+
+    def per_player(self, name: str) -> list[float]:
+        """A schedulable hyperparameter's value for each player (checked)."""
+        hyper = self.hypers()[name]
+        groups = self.__dict__.get("param_groups")
+        if not groups:
+            return [self._defaults[name]]
+        return [hyper.check(g[name], f"param_groups[{k}].{name}") for k, g in enumerate(groups)]
+
     # --------------------------------------------------------------- binding
     def bind(self, game: Game) -> None:
-        """Attach to a game: one param group per player, fresh state."""
+        """Attach to a game: one param group per player (its lr and the schedulable
+        hyperparameters), fresh state."""
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
         per_player = {"lr": lrs, **{k: v for k, v in self.hyper.items() if isinstance(v, list)}}
@@ -105,7 +164,8 @@ class Algorithm(torch.optim.Optimizer):
                 what = "learning rates" if key == "lr" else f"values of {key}"
                 raise ValueError(f"{type(self).__name__} got {len(values)} {what} for {n} players")
         groups = [
-            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name} for p, lr in zip(game.players, lrs)
+            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name, **self._defaults}
+            for p, lr in zip(game.players, lrs)
         ]
         torch.optim.Optimizer.__init__(self, groups, {"lr": lrs[0]})
         self.game = game
@@ -180,6 +240,9 @@ class Algorithm(torch.optim.Optimizer):
             if not isinstance(group, dict) or "lr" not in group:
                 raise ValueError(f"{path}.param_groups[{k}]: expected a dict with 'lr', got {group!r}")
             check_number(f"{path}.param_groups[{k}].lr", group["lr"], low=0.0)
+            for name, hyper in self.hypers().items():  # absent in older checkpoints: kept as they are
+                if name in group:
+                    hyper.check(group[name], f"{path}.param_groups[{k}].{name}")
         _check_like(self.algo_state, state_dict.get("state"), f"{path}.state")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
@@ -233,12 +296,16 @@ def tensors_in(obj: Any) -> list[Tensor]:
 
 
 def _clone(obj: Any) -> Any:
+    """A deep copy of a state structure, in plain containers (a joint vector becomes a
+    list of tensors), so that ``torch.load(weights_only=True)`` reads it back."""
     if isinstance(obj, Tensor):
         return obj.detach().clone()
     if isinstance(obj, dict):
         return {k: _clone(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_clone(v) for v in obj)
+    if isinstance(obj, list):
+        return [_clone(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_clone(v) for v in obj)
     return obj
 
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..linalg import MatVec, cg, gmres
-from .base import Algorithm, State, check_bool, check_number
+from ..vec import Vec
+from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..autodiff import Linearization
     from ..game import Game, Oracle
-    from ..layout import Vec
 
 
 def competitive_step(
@@ -31,23 +31,16 @@ def competitive_step(
     """
     xi = lin.xi
     if not zero_sum:
-
-        def matvec(d: Vec) -> Vec:
-            return list(torch._foreach_add(d, torch._foreach_mul(eta, lin.offdiag_jvp(d))))
-
-        rhs = list(torch._foreach_mul(torch._foreach_mul(eta, xi), -1.0))
-        delta, _ = gmres(matvec, rhs, x0=warm, **solver)
+        delta, _ = gmres(lambda d: d + eta * lin.offdiag_jvp(d), -(eta * xi), x0=warm, **solver)
         return delta, delta
     layout = oracle.layout
-    a, b = 1, 0
     B, Bt, matvec, sqrt_eta = schur_operator(lin, eta)
-    xi_a, xi_b = layout.only(xi, a), layout.only(xi, b)
-    rhs = list(torch._foreach_mul(torch._foreach_sub(xi_a, B(torch._foreach_mul(eta, xi_b))), -1.0))
-    torch._foreach_mul_(rhs, sqrt_eta)
+    xi_a, xi_b = layout.only(xi, 1), layout.only(xi, 0)
+    rhs = -(sqrt_eta * (xi_a - B(eta * xi_b)))
     c, _ = cg(matvec, rhs, x0=warm, **solver)
-    delta_a = list(torch._foreach_mul(sqrt_eta, c))
-    delta_b = list(torch._foreach_mul(torch._foreach_mul(eta, torch._foreach_sub(xi_b, Bt(delta_a))), -1.0))
-    return list(torch._foreach_add(delta_a, delta_b)), c
+    delta_a = sqrt_eta * c
+    delta_b = -(eta * (xi_b - Bt(delta_a)))
+    return delta_a + delta_b, c
 
 
 def schur_operator(lin: Linearization, eta: Vec) -> tuple[MatVec, MatVec, MatVec, Vec]:
@@ -55,19 +48,16 @@ def schur_operator(lin: Linearization, eta: Vec) -> tuple[MatVec, MatVec, MatVec
     Bᵀ x, the symmetric Schur complement c ↦ c + √η_a B η_b Bᵀ √η_a c (two
     Jacobian products through the kept graph), and √η."""
     a, b = 1, 0
-    sqrt_eta = list(torch._foreach_sqrt(eta))
+    sqrt_eta = eta.sqrt()
 
     def B(u: Vec) -> Vec:  # (∂ξ_a/∂w_b) u = −(∂ξ_b/∂w_a)ᵀ u in the zero-sum case
-        return list(torch._foreach_mul(lin.block_vjp(b, a, u), -1.0))
+        return -lin.block_vjp(b, a, u)
 
     def Bt(x: Vec) -> Vec:  # (∂ξ_a/∂w_b)ᵀ x
         return lin.block_vjp(a, b, x)
 
-    def matvec(c: Vec) -> Vec:
-        inner = list(torch._foreach_mul(eta, Bt(list(torch._foreach_mul(sqrt_eta, c)))))
-        minus_b = lin.block_vjp(b, a, inner)  # −B inner (a fresh vector)
-        torch._foreach_mul_(minus_b, sqrt_eta)
-        return list(torch._foreach_sub(c, minus_b))  # c + √η B(…), exactly: negation is exact
+    def matvec(c: Vec) -> Vec:  # c + √η B(η Bᵀ(√η c)), with B's sign folded in (exact)
+        return c - sqrt_eta * lin.block_vjp(b, a, eta * Bt(sqrt_eta * c))
 
     return B, Bt, matvec, sqrt_eta
 
@@ -113,12 +103,11 @@ class CGD(Algorithm):
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize()
-        zero_sum = self.hyper["zero_sum"]
+        zero_sum = self.zero_sum
         if zero_sum:
             _check_zero_sum(lin, oracle.num_players)
-        eta = oracle.scale_([torch.ones_like(t) for t in lin.xi], self.lrs)
-        tol = self.hyper["tol"]
-        solver = {"tol": tol**2 if zero_sum else tol, "maxiter": self.hyper["maxiter"]}
+        eta = oracle.scale_(Vec(torch.ones_like(t) for t in lin.xi), self.lrs)
+        solver = {"tol": self.tol**2 if zero_sum else self.tol, "maxiter": self.maxiter}
         delta, warm = competitive_step(oracle, lin, eta, state["warm"], zero_sum, solver)
         return delta, {"warm": warm}
 
@@ -146,6 +135,7 @@ class ACGD(Algorithm):
     """
 
     first_order = False
+    beta = Hyper(low=0.0, high=1.0, high_open=True)
 
     def __init__(
         self,
@@ -157,7 +147,7 @@ class ACGD(Algorithm):
         maxiter: int | None = None,
     ) -> None:
         hyper = {
-            "beta": check_number("beta", beta, low=0.0, high=1.0, high_open=True),
+            "beta": beta,
             "eps": check_number("eps", eps, low=0.0, low_open=True),
             "tol": check_number("tol", tol, low=0.0),
             "atol": check_number("atol", atol, low=0.0),
@@ -173,12 +163,9 @@ class ACGD(Algorithm):
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize()
         _check_zero_sum(lin, oracle.num_players)
-        beta, t = self.hyper["beta"], state["t"] + 1
-        v = list(torch._foreach_mul(state["v"], beta))
-        torch._foreach_addcmul_(v, lin.xi, lin.xi, value=1 - beta)
-        eta = list(torch._foreach_add(torch._foreach_sqrt(v), self.hyper["eps"]))
-        eta = list(torch._foreach_reciprocal(eta))
-        oracle.scale_(eta, [math.sqrt(1 - beta**t) * lr for lr in self.lrs])
-        solver = {"tol": self.hyper["tol"], "atol": self.hyper["atol"], "maxiter": self.hyper["maxiter"]}
+        beta, t = self.beta, state["t"] + 1
+        v = (Vec(state["v"]) * beta).addcmul_(lin.xi, lin.xi, value=1 - beta)
+        eta = oracle.scale_((v.sqrt() + self.eps).reciprocal(), [math.sqrt(1 - beta**t) * lr for lr in self.lrs])
+        solver = {"tol": self.tol, "atol": self.atol, "maxiter": self.maxiter}
         delta, warm = competitive_step(oracle, lin, eta, state["warm"], True, solver)
         return delta, {"v": v, "warm": warm, "t": t}

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
-
 from ..updates import UpdateRule
-from .base import Algorithm, State, check_bool, check_number
+from .base import Algorithm, Hyper, State, check_bool
 
 if TYPE_CHECKING:
     from ..game import Oracle
@@ -38,7 +36,7 @@ class HamiltonianGD(Algorithm):
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         # the direction Jᵀξ alone may not show a non-finite ξ
-        lin = oracle.linearize(zero_sum=self.hyper["zero_sum"])
+        lin = oracle.linearize(zero_sum=self.zero_sum)
         delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
@@ -57,6 +55,7 @@ class ConsensusOptimization(Algorithm):
     """
 
     first_order = False
+    gamma = Hyper(low=0.0)
 
     def __init__(
         self,
@@ -65,14 +64,11 @@ class ConsensusOptimization(Algorithm):
         update: UpdateRule | None = None,
         zero_sum: bool = False,
     ) -> None:
-        super().__init__(
-            lr, update, gamma=check_number("gamma", gamma, low=0.0), zero_sum=check_bool("zero_sum", zero_sum)
-        )
+        super().__init__(lr, update, gamma=gamma, zero_sum=check_bool("zero_sum", zero_sum))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         # the update is non-finite if ξ is
-        lin = oracle.linearize(check=False, zero_sum=self.hyper["zero_sum"])
-        direction = lin.xi  # lin is used up: ξ + γ Jᵀξ in place
-        torch._foreach_add_(direction, lin.vjp(lin.xi), alpha=self.hyper["gamma"])
+        lin = oracle.linearize(check=False, zero_sum=self.zero_sum)
+        direction = lin.xi.add_(lin.vjp(lin.xi), alpha=self.gamma)  # lin is used up: in place
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State, check_bool, check_number
+from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..game import Oracle
@@ -51,6 +51,7 @@ class SGA(Algorithm):
     """
 
     first_order = False
+    lam = Hyper()
 
     def __init__(
         self,
@@ -67,7 +68,7 @@ class SGA(Algorithm):
         super().__init__(
             lr,
             update,
-            lam=check_number("lam", lam),
+            lam=lam,
             align=check_bool("align", align),
             eps=check_number("eps", eps, low=0.0),
             sign_normalizer=sign_normalizer,
@@ -75,22 +76,19 @@ class SGA(Algorithm):
         )
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize(check=False, zero_sum=self.hyper["zero_sum"])  # the update is non-finite if ξ is
+        lin = oracle.linearize(check=False, zero_sum=self.zero_sum)  # the update is non-finite if ξ is
         xi = lin.xi
         jt_xi, j_xi = lin.vjp_jvp(xi)
-        a_xi = list(torch._foreach_mul(torch._foreach_sub(jt_xi, j_xi), 0.5))
-        lam = self.hyper["lam"]
-        if self.hyper["align"]:
-            if self.hyper["sign_normalizer"] == "dimension":
+        a_xi = (jt_xi - j_xi) * 0.5
+        lam = self.lam
+        if self.align:
+            if self.sign_normalizer == "dimension":
                 n = oracle.layout.num_elements
             else:
                 n = sum(len(p.parameters) for p in oracle.game.players)
-            score = oracle.dot(xi, jt_xi) * oracle.dot(a_xi, jt_xi) / n + self.hyper["eps"]
-            lam = abs(lam) * torch.sign(score)
-            for t in a_xi:
-                t.mul_(lam.to(t.device, t.dtype))
-            direction = list(torch._foreach_add(xi, a_xi))
+            score = xi.dot(jt_xi) * a_xi.dot(jt_xi) / n + self.eps
+            direction = xi + a_xi * (abs(lam) * torch.sign(score))
         else:
-            direction = list(torch._foreach_add(xi, a_xi, alpha=lam))
+            direction = xi.add(a_xi, alpha=lam)
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, State, check_bool, check_number
+from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..autodiff import Linearization
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def _lookahead(lin: Linearization, alpha: float) -> Vec:
     """ξ₀ = (I − α H_o) ξ."""
-    return list(torch._foreach_add(lin.xi, lin.offdiag_jvp(lin.xi), alpha=-alpha))
+    return lin.xi.add(lin.offdiag_jvp(lin.xi), alpha=-alpha)
 
 
 class LA(Algorithm):
@@ -37,15 +37,16 @@ class LA(Algorithm):
     """
 
     first_order = False
+    alpha = Hyper(low=0.0)
 
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, alpha: float = 1.0, update: UpdateRule | None = None
     ) -> None:
-        super().__init__(lr, update, alpha=check_number("alpha", alpha, low=0.0))
+        super().__init__(lr, update, alpha=alpha)
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
-        delta, rule_state = self.descend(oracle, _lookahead(lin, self.hyper["alpha"]), state["rule"], scratch=True)
+        delta, rule_state = self.descend(oracle, _lookahead(lin, self.alpha), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -70,6 +71,7 @@ class LOLA(Algorithm):
     """
 
     first_order = False
+    alpha = Hyper(low=0.0)
 
     def __init__(
         self,
@@ -78,15 +80,14 @@ class LOLA(Algorithm):
         shaping_only: bool = False,
         update: UpdateRule | None = None,
     ) -> None:
-        alpha = check_number("alpha", alpha, low=0.0)
         super().__init__(lr, update, alpha=alpha, shaping_only=check_bool("shaping_only", shaping_only))
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
-        alpha = self.hyper["alpha"]
+        alpha = self.alpha
         # ξ − α(H_o ξ + χ), or ξ − αχ: one reverse pass per player with ``cross``
-        shaping = lin.shaping(None if self.hyper["shaping_only"] else lin.xi)
-        direction = list(torch._foreach_add(lin.xi, shaping, alpha=-alpha))
+        shaping = lin.shaping(None if self.shaping_only else lin.xi)
+        direction = lin.xi.add(shaping, alpha=-alpha)
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
@@ -110,6 +111,7 @@ class SOS(Algorithm):
     """
 
     first_order = False
+    alpha = Hyper(low=0.0)
 
     def __init__(
         self,
@@ -122,24 +124,22 @@ class SOS(Algorithm):
         super().__init__(
             lr,
             update,
-            alpha=check_number("alpha", alpha, low=0.0),
+            alpha=alpha,
             a=check_number("a", a, low=0.0, high=1.0, low_open=True, high_open=True),
             b=check_number("b", b, low=0.0, low_open=True),
         )
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
-        alpha, a, b = self.hyper["alpha"], self.hyper["a"], self.hyper["b"]
+        alpha, a, b = self.alpha, self.a, self.b
         xi0 = _lookahead(lin, alpha)
         chi = lin.chi()
-        inner = -alpha * oracle.dot(chi, xi0)
+        inner = -alpha * chi.dot(xi0)
         one = torch.ones_like(inner)
-        p1 = torch.where(inner >= 0, one, torch.clamp(-a * oracle.dot(xi0, xi0) / inner, max=1.0))
-        xi_sq = oracle.dot(lin.xi, lin.xi)
+        p1 = torch.where(inner >= 0, one, torch.clamp(-a * xi0.dot(xi0) / inner, max=1.0))
+        xi_sq = lin.xi.dot(lin.xi)
         p2 = torch.where(xi_sq.sqrt() < b, xi_sq, one)
-        p = torch.minimum(p1, p2)
-        for t in chi:
-            t.mul_(p.to(t.device, t.dtype))
-        direction = list(torch._foreach_add(xi0, chi, alpha=-alpha))
+        chi *= torch.minimum(p1, p2)
+        direction = xi0.add(chi, alpha=-alpha)
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

@@ -1,0 +1,137 @@
+"""The joint vector: the players' flat buffers side by side, one 1-D tensor per
+(device, dtype) group, with the arithmetic that the update equations use.
+
+``Vec`` is a list of tensors (so ``torch._foreach_*`` takes it as it is) whose
+operators are elementwise over the groups, one ``torch._foreach_*`` call each::
+
+    rhs = -(sqrt_eta * (xi_a - B(eta * xi_b)))     # out of place: new vectors
+    x.add_(p, alpha=step); r -= ap                 # in place
+    xi.dot(jt_xi), v.norm()                        # 0-d float64 on the first device
+
+A scalar is a Python number or a 0-d tensor; a 0-d tensor stays on the device
+(no host synchronisation). ``+`` and ``*`` are arithmetic here, never list
+concatenation or repetition. Per-player scaling needs the layout:
+:meth:`gameopt.layout.JointLayout.scale_`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+
+class Vec(list):  # type: ignore[type-arg]
+    """A joint vector: one flat tensor per (device, dtype) group (see the module)."""
+
+    def __init__(self, tensors: Iterable[Tensor] = ()) -> None:
+        super().__init__(tensors)
+
+    # ------------------------------------------------------------- helpers
+    def _scalars(self, s: Tensor) -> list[Tensor]:
+        """A 0-d tensor as one scalar per group, on its device and in its dtype."""
+        return [s.to(t.device, t.dtype) for t in self]
+
+    def _binary(self, other: Vec | float | Tensor, op: str) -> Vec:
+        fn = getattr(torch, f"_foreach_{op}")
+        if isinstance(other, Tensor):
+            return Vec(getattr(torch, op)(t, s) for t, s in zip(self, self._scalars(other)))
+        return Vec(fn(self, other))
+
+    def _binary_(self, other: Vec | float | Tensor, op: str) -> Vec:
+        if isinstance(other, Tensor):
+            for t, s in zip(self, self._scalars(other)):
+                getattr(t, f"{op}_")(s)
+            return self
+        getattr(torch, f"_foreach_{op}_")(self, other)
+        return self
+
+    # ---------------------------------------------------------- out of place
+    def __add__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override]
+        return self._binary(other, "add")
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Vec | float | Tensor) -> Vec:
+        return self._binary(other, "sub")
+
+    def __rsub__(self, other: float | Tensor) -> Vec:
+        return (-self) + other
+
+    def __mul__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override]
+        return self._binary(other, "mul")
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Vec | float | Tensor) -> Vec:
+        return self._binary(other, "div")
+
+    def __neg__(self) -> Vec:
+        return Vec(torch._foreach_neg(self))
+
+    def add(self, other: Vec, alpha: float = 1.0) -> Vec:
+        """``self + alpha * other`` in one fused op per group (one rounding)."""
+        return Vec(torch._foreach_add(self, other, alpha=alpha))
+
+    def sqrt(self) -> Vec:
+        return Vec(torch._foreach_sqrt(self))
+
+    def reciprocal(self) -> Vec:
+        return Vec(torch._foreach_reciprocal(self))
+
+    def clone(self) -> Vec:
+        return Vec(t.clone() for t in self)
+
+    def zeros_like(self) -> Vec:
+        return Vec(torch.zeros_like(t) for t in self)
+
+    # --------------------------------------------------------------- in place
+    def __iadd__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override, misc]
+        return self._binary_(other, "add")
+
+    def __isub__(self, other: Vec | float | Tensor) -> Vec:
+        return self._binary_(other, "sub")
+
+    def __imul__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override, misc]
+        return self._binary_(other, "mul")
+
+    def __itruediv__(self, other: Vec | float | Tensor) -> Vec:
+        return self._binary_(other, "div")
+
+    def add_(self, other: Vec, alpha: float = 1.0) -> Vec:
+        """In place: ``self += alpha * other`` (one rounding per element)."""
+        torch._foreach_add_(self, other, alpha=alpha)
+        return self
+
+    def addcmul_(self, a: Vec, b: Vec, value: float = 1.0) -> Vec:
+        """In place: ``self += value * a * b``."""
+        torch._foreach_addcmul_(self, a, b, value=value)
+        return self
+
+    def copy_(self, other: Iterable[Tensor]) -> Vec:
+        torch._foreach_copy_(self, list(other))
+        return self
+
+    def zero_(self) -> Vec:
+        torch._foreach_zero_(self)
+        return self
+
+    # -------------------------------------------------------------- reductions
+    def dot(self, other: Iterable[Tensor]) -> Tensor:
+        """⟨self, other⟩ as a 0-d float64 tensor on the first group's device (no host sync)."""
+        parts = [torch.dot(x.reshape(-1), y.reshape(-1)).to(self[0].device, torch.float64) for x, y in zip(self, other)]
+        return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+    def norm(self) -> Tensor:
+        """‖self‖ as a 0-d float64 tensor on the first group's device."""
+        return self.dot(self).sqrt()
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{t.numel()} × {t.dtype} on {t.device}" for t in self)
+        return f"Vec([{groups}])"
+
+
+def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:
+    """⟨a, b⟩ for any two joint vectors (lists of tensors): see :meth:`Vec.dot`."""
+    return Vec(a).dot(b)
