@@ -13,12 +13,15 @@ memory each algorithm uses.
   and their gradients left out (ξ stays in the buffers), its time in µs.
 * **params**: the GAN MLP pair of ``step_cost`` widened to 10^4 … 10^7 parameters:
   ratio to the plain ξ per algorithm and the log-log slope of step time.
-* **memory**: for 10^5 … 10^7 parameters (an elementwise two-player game, so that
-  activations are negligible), in units of one parameter vector: the vectors each
-  algorithm keeps between steps beyond parameters and gradients (counted from the
-  game's storage), and the peak resident memory of a warm step above the memory
-  before it (measured in a fresh process, large allocations forced to ``mmap`` so
-  that freed memory leaves the resident set), next to the plain ξ's.
+* **memory**: for 10^6 and 5·10^6 parameters (an elementwise two-player game, so
+  that activations are small), every algorithm and its peer (``torch.optim`` SGD
+  and Adam, cooper-optim's ExtraSGD and ExtraAdam), each in a fresh process with
+  ``MALLOC_MMAP_THRESHOLD_`` fixed (freed tensors leave the resident set), in units
+  of one parameter vector beyond the parameters and their gradients: the memory
+  kept between warm steps (resident set after three warm steps; for gameopt also
+  the vectors its storage holds, counted by storage) and the peak of a warm step
+  (the highest of five, ``VmHWM`` after writing 5 to ``/proc/self/clear_refs``). The plain ξ's row
+  is the evaluation alone.
 
     python3 -m benchmarks.scaling [--quick] [--only players|params|memory]
 """
@@ -26,9 +29,10 @@ memory each algorithm uses.
 from __future__ import annotations
 
 import argparse
-import ctypes
+import csv
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -214,15 +218,52 @@ def run_params(args, rounds: int, target: float) -> list[Result]:  # type: ignor
 
 
 # ------------------------------------------------------------------------ memory
+#: every algorithm of the memory table (first-order ones first), and the peers beside
+MEMORY_ALGORITHMS: dict[str, Callable[[], gameopt.Algorithm]] = {
+    "SimGD": lambda: gameopt.SimGD(LR),
+    "AltGD": lambda: gameopt.AltGD(LR),
+    "Extragradient": lambda: gameopt.Extragradient(LR),
+    "Optimistic": lambda: gameopt.Optimistic(LR),
+    "SimGD+Adam": lambda: gameopt.SimGD(LR, update=gameopt.Adam()),
+    "Extra-Adam": lambda: gameopt.Extragradient(LR, update=gameopt.Adam()),
+    "Optimistic-Adam": lambda: gameopt.Optimistic(LR, update=gameopt.Adam()),
+    "Lookahead(SimGD+Adam)": lambda: gameopt.Lookahead(gameopt.SimGD(LR, update=gameopt.Adam())),
+    "Lookahead(Extragradient)": lambda: gameopt.Lookahead(gameopt.Extragradient(LR)),
+    "HamiltonianGD": lambda: gameopt.HamiltonianGD(LR),
+    "Consensus": lambda: gameopt.ConsensusOptimization(LR),
+    "SGA": lambda: gameopt.SGA(LR),
+    "LA": lambda: gameopt.LA(LR),
+    "LOLA": lambda: gameopt.LOLA(LR),
+    "SOS": lambda: gameopt.SOS(LR),
+    "CGD": lambda: gameopt.CGD(LR),
+}
+PEERS = {  # gameopt algorithm -> its peer (a torch.optim or cooper-optim optimizer)
+    "SimGD": "torch SGD",
+    "AltGD": "torch SGD",
+    "SimGD+Adam": "torch Adam",
+    "Extragradient": "cooper ExtraSGD",
+    "Extra-Adam": "cooper ExtraAdam",
+}
+MMAP_THRESHOLD = 64 * 1024  # bytes: larger blocks are mmap'd, so a freed tensor leaves the process
+
+
 def _status() -> dict[str, int]:
     text = Path("/proc/self/status").read_text()
     return {k: int(re.search(k + r":\s+(\d+)", text).group(1)) * 1024 for k in ("VmRSS", "VmHWM")}  # type: ignore[union-attr]
 
 
 def memory_probe(algorithm: str, size: int) -> dict[str, float]:
-    """In this (fresh) process: vectors kept and peak memory of a warm step."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: large blocks are mmap'd and returned when freed
+    """In this (fresh) process, in parameter vectors (4 bytes x ``size``) beyond the
+    parameters and their gradients: the memory kept between warm steps (resident set
+    after three warm steps) and the peak of the next five warm steps (``VmHWM``
+    after writing 5 to ``/proc/self/clear_refs``); for gameopt also the vectors its storage
+    holds (counted by storage, deterministic)."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") != str(MMAP_THRESHOLD):
+        raise RuntimeError("run the probe with MALLOC_MMAP_THRESHOLD_ set (run_memory does)")
+    if size > 1000:  # the same case on a tiny game first: imports and lazy setup are not counted
+        memory_probe(algorithm, 1000)
+    vec_bytes = size * 4
+    start = _status()["VmRSS"]  # before any parameter exists
     torch.manual_seed(0)
     half = size // 2
     x, y = nn.Parameter(torch.randn(half) * 0.1), nn.Parameter(torch.randn(half) * 0.1)
@@ -231,37 +272,56 @@ def memory_probe(algorithm: str, size: int) -> dict[str, float]:
         c = (x * y).sum()
         return [c + 0.5 * x.square().sum(), -c + 0.5 * y.square().sum()]
 
-    vec_bytes = size * 4
-    if algorithm == "plain xi":
-        params = [x, y]
-        for p in params:
-            p.grad = torch.zeros_like(p)
+    def backward() -> None:  # each player's gradient of its own loss, as gameopt computes it
+        for p in (x, y):
+            p.grad.zero_()
+        fx, fy = losses()
+        torch.autograd.backward(fx, inputs=[x], retain_graph=True)
+        torch.autograd.backward(fy, inputs=[y])
 
-        def step() -> None:
-            for p in params:
-                p.grad.zero_()
-            fx, fy = losses()
-            torch.autograd.backward(fx, inputs=[x], retain_graph=True)
-            torch.autograd.backward(fy, inputs=[y])
-
-        kept = 0
-    else:
+    game = None
+    if algorithm in MEMORY_ALGORITHMS:
         players = [gameopt.Player([x], name="x"), gameopt.Player([y], name="y")]
-        game = gameopt.Game(players, losses, algorithm=ALGORITHMS[algorithm]())
+        game = gameopt.Game(players, losses, algorithm=MEMORY_ALGORITHMS[algorithm]())
+        step: Callable[[], object] = game.step
+    else:
+        x.grad, y.grad = torch.zeros_like(x), torch.zeros_like(y)
+        step = _peer_step(algorithm, [x, y], backward)
+    for _ in range(3):
+        step()
+    kept = _status()["VmRSS"] - start - 2 * vec_bytes
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set size
+    for _ in range(5):  # the highest of five warm steps (Lookahead's k = 5: one synchronization)
+        step()
+    peak = _status()["VmHWM"] - start - 2 * vec_bytes
+    out = {"kept": kept / vec_bytes, "peak": peak / vec_bytes}
+    if game is not None:
+        out["kept_storage"] = count_kept_vectors(game)
+    return out
+
+
+def _peer_step(name: str, params: list[Tensor], backward: Callable[[], None]) -> Callable[[], object]:
+    if name == "plain xi":
+        return backward
+    if name in ("torch SGD", "torch Adam"):
+        opt = torch.optim.SGD(params, lr=LR) if name == "torch SGD" else torch.optim.Adam(params, lr=LR)
 
         def step() -> None:
-            game.step()
+            backward()
+            opt.step()
 
-    for _ in range(3):
-        step()
-    if algorithm != "plain xi":
-        kept = count_kept_vectors(game)
-    Path("/proc/self/clear_refs").write_text("5")  # reset the peak resident set size
-    before = _status()["VmRSS"]
-    for _ in range(3):
-        step()
-    peak = _status()["VmHWM"]
-    return {"kept": kept, "peak": (peak - before) / vec_bytes}
+        return step
+    import cooper
+
+    extra = cooper.optim.ExtraSGD(params, lr=LR) if name == "cooper ExtraSGD" else cooper.optim.ExtraAdam(params, lr=LR)
+
+    def extra_step() -> None:
+        backward()
+        extra.extrapolation()
+        backward()
+        extra.step()
+
+    return extra_step
 
 
 def count_kept_vectors(game: gameopt.Game) -> int:
@@ -280,20 +340,52 @@ def count_kept_vectors(game: gameopt.Game) -> int:
 
 
 def run_memory(args) -> list[dict]:  # type: ignore[no-untyped-def]
-    sizes = [10**5, 10**6] if args.quick else [10**5, 10**6, 10**7]
+    sizes = [10**6] if args.quick else [10**6, 5 * 10**6]
+    names = ["plain xi", *MEMORY_ALGORITHMS, *dict.fromkeys(PEERS.values())]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
     rows = []
     for size in sizes:
-        for name in ["plain xi", *ALGORITHMS]:
+        for name in names:
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.scaling", "--memory-probe", name, str(size)],
                 capture_output=True,
                 text=True,
                 check=True,
+                env=env,
             )
             res = json.loads(out.stdout.strip().splitlines()[-1])
-            rows.append({"params": size, "algorithm": name, **res})
-            print(f"  {size:>9d} params  {name:14s} kept {res['kept']:2d} vectors  peak step {res['peak']:5.2f}")
+            rows.append({"params": size, "algorithm": name, "peer": PEERS.get(name, ""), **res})
+            stored = f"  (storage: {res['kept_storage']})" if "kept_storage" in res else ""
+            line = f"kept {res['kept']:5.2f}{stored}  peak {res['peak']:5.2f}"
+            print(f"  {size:>9d} params  {name:26s} {line}", flush=True)
     return rows
+
+
+def memory_table(rows: list[dict]) -> str:
+    """A markdown table: each algorithm with its peer's numbers beside."""
+    by = {(r["params"], r["algorithm"]): r for r in rows}
+    lines = [
+        "| params | algorithm | kept (storage) | peak | peer | peer kept | peer peak |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        if r["algorithm"] not in MEMORY_ALGORITHMS and r["algorithm"] != "plain xi":
+            continue
+        stored = f" ({r['kept_storage']})" if "kept_storage" in r else ""
+        peer = by.get((r["params"], r["peer"]))
+        theirs = f"{peer['kept']:.2f} | {peer['peak']:.2f}" if peer else " | "
+        ours = f"{r['kept']:.2f}{stored} | {r['peak']:.2f}"
+        lines.append(f"| {r['params']:.0e} | {r['algorithm']} | {ours} | {r['peer']} | {theirs} |")
+    return "\n".join(lines)
+
+
+def save_memory_csv(rows: list[dict], path: Path) -> None:
+    fields = ["params", "algorithm", "kept", "kept_storage", "peak", "peer"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
 
 
 # -------------------------------------------------------------------------- main
@@ -326,10 +418,10 @@ def plot(players: list[Result], params: list[Result], memory: list[dict], path: 
         ax = axes[2]
         for name in dict.fromkeys(r["algorithm"] for r in memory):
             rs = [r for r in memory if r["algorithm"] == name]
-            ax.plot([r["params"] for r in rs], [r["kept"] + r["peak"] for r in rs], "o-", label=name)
+            ax.plot([r["params"] for r in rs], [r["peak"] for r in rs], "o-", label=name)
         ax.set_xscale("log")
         ax.set_xlabel("parameters")
-        ax.set_ylabel("kept + peak per step (parameter vectors)")
+        ax.set_ylabel("peak of a warm step beyond params + grads (vectors)")
         ax.legend(fontsize=8)
     fig.suptitle(f"gameopt scaling ({torch.get_num_threads()} threads)")
     fig.tight_layout()
@@ -340,6 +432,7 @@ def plot(players: list[Result], params: list[Result], memory: list[dict], path: 
 def main(argv: list[str] | None = None) -> None:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["players", "params", "memory"], default=None)
+    parser.add_argument("--memory-csv", default=None, help="file name of the memory table (in --out)")
     parser.add_argument("--memory-probe", nargs=2, metavar=("ALGORITHM", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_probe:
@@ -359,13 +452,12 @@ def main(argv: list[str] | None = None) -> None:
         print_table(players + params, "step time / plain ξ (interleaved, median of per-round ratios)")
         save_csv(players + params, out / f"scaling{suffix}.csv")
     if memory:
-        print("\nmemory, in parameter vectors (4 bytes x parameters):")
-        print(f"  {'params':>9}  {'algorithm':14}  {'kept beyond params+grads':>24}  {'peak of a warm step':>20}")
-        for r in memory:
-            print(f"  {r['params']:>9}  {r['algorithm']:14}  {r['kept']:>24d}  {r['peak']:>20.2f}")
-        (out / f"memory{suffix}.json").write_text(json.dumps(memory, indent=1))
-    plot(players, params, memory, out / f"scaling{suffix}.png")
-    print(f"wrote {out / f'scaling{suffix}.png'}")
+        print("\nmemory beyond parameters and gradients, in parameter vectors (4 bytes x parameters):")
+        print(memory_table(memory))
+        save_memory_csv(memory, out / (args.memory_csv or f"memory{suffix}.csv"))
+    if players or params:
+        plot(players, params, memory, out / f"scaling{suffix}.png")
+        print(f"wrote {out / f'scaling{suffix}.png'}")
 
 
 if __name__ == "__main__":

@@ -368,7 +368,7 @@ class Game:
             return
         data = self.layout.data
         if self._backup is None:
-            self._backup = self.layout.zeros()
+            self._backup = self.layout.empty()
         torch._foreach_copy_(self._backup, data)
         try:
             with torch.no_grad():
@@ -541,7 +541,10 @@ class Game:
             log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
             return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
         finally:
+            # keep only what the committed state holds: the pool's other vectors and the
+            # point's backup (Extragradient's) live within the step only
             self._pool.recycle(tensors_in(kept))
+            self._backup = None
         if self.loss_scale is not None:
             self.loss_scale.update(finite=True)
         self._steps += 1

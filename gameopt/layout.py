@@ -145,34 +145,32 @@ class JointLayout:
 
 
 class VecPool:
-    """Joint vectors reused from step to step, so that a warm step of a first-order
-    method allocates no parameter-sized memory.
+    """The joint vectors an algorithm takes during a step (``oracle.empty()``).
 
-    :meth:`take` hands out a vector (contents undefined). After a step the game
-    calls :meth:`recycle` with the algorithm state it keeps: every vector handed
-    out that the state does not hold (compared by storage, so views count) is free
-    again for the next step.
+    :meth:`take` allocates a vector (contents undefined). After a step the game
+    calls :meth:`recycle` with the algorithm state it keeps: the pool keeps the
+    vectors that state holds (compared by storage, so views count) and lets every
+    other one go, so between steps a game holds only the state its algorithm needs
+    (freed memory goes back to the allocator: the caching allocator on a GPU, the
+    process's heap on the CPU).
     """
 
     def __init__(self, layout: JointLayout) -> None:
         self.layout = layout
         self._owned: list[Vec] = []
-        self._free: list[Vec] = []
 
     def take(self) -> Vec:
-        if self._free:
-            return self._free.pop()
         vec = self.layout.empty()
         self._owned.append(vec)
         return vec
 
     def recycle(self, keep: Sequence[Tensor]) -> None:
         live = {t.untyped_storage().data_ptr() for t in keep}
-        self._free = [v for v in self._owned if v[0].untyped_storage().data_ptr() not in live]
+        self._owned = [v for v in self._owned if v[0].untyped_storage().data_ptr() in live]
 
     @property
     def num_vectors(self) -> int:
-        """How many joint vectors the pool has allocated in all."""
+        """How many joint vectors from the pool the kept state holds."""
         return len(self._owned)
 
 

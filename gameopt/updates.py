@@ -4,15 +4,23 @@ A rule maps a direction ``d`` (a list of flat tensors, usually a joint vector) t
 the direction actually followed, with explicit state:
 ``out, new_state = rule.apply(d, state, empty)``. Rules are elementwise, so an
 algorithm may apply them to the whole joint vector or to one player's part of it.
-They never modify ``d`` or ``state`` in place (a failed step leaves the state as it
-was): new values are written into tensors from ``empty()`` (tensors shaped like
-``d``, contents undefined; the game's pool of reused vectors, so a warm step
-allocates nothing). The learning rate is applied by the algorithm afterwards:
-``w ← w − η · out``.
+By default they modify neither ``d`` nor ``state`` (a failed step leaves the state
+as it was): new values are written into tensors from ``empty()`` (tensors shaped
+like ``d``, contents undefined; the game's pool, which lets go of every vector the
+committed state does not hold). Two flags let a caller save memory:
+
+* ``scratch=True``: ``d`` is the caller's scratch space and may be overwritten;
+  ``out`` may then be ``d`` itself (a rule with state still returns fresh state);
+* ``own_state=True``: ``state`` is a temporary of the caller's (the state after an
+  extrapolation, say), not the committed state: it is updated in place.
+
+The learning rate is applied by the algorithm afterwards: ``w ← w − η · out``.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -34,12 +42,35 @@ class UpdateRule:
     def init(self, like: list[Tensor]) -> State:
         return {}
 
-    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
+    def apply(
+        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], State]:
         return d, state
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
+
+
+def apply(
+    rule: UpdateRule,
+    d: list[Tensor],
+    state: State,
+    empty: Empty | None = None,
+    scratch: bool = False,
+    own_state: bool = False,
+) -> tuple[list[Tensor], State]:
+    """``rule.apply`` with the memory flags (``scratch``, ``own_state``) when the rule
+    takes them; a rule written without them gets the default contract."""
+    if _takes_flags(type(rule)):
+        return rule.apply(d, state, empty, scratch=scratch, own_state=own_state)
+    return rule.apply(d, state, empty)
+
+
+@functools.cache
+def _takes_flags(cls: type) -> bool:
+    params = inspect.signature(cls.apply).parameters
+    return "scratch" in params and "own_state" in params
 
 
 class Plain(UpdateRule):
@@ -63,14 +94,16 @@ class Momentum(UpdateRule):
     def init(self, like: list[Tensor]) -> State:
         return {"buf": [torch.zeros_like(t) for t in like]}
 
-    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
+    def apply(
+        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], State]:
         empty = empty or _empty_like(d)
-        buf = empty()
+        buf = state["buf"] if own_state else empty()
         for b, old, x in zip(buf, state["buf"], d):
             torch.mul(old, self.momentum, out=b).add_(x)
         if not self.nesterov:
             return buf, {"buf": buf}
-        out = empty()
+        out = d if scratch else empty()
         for o, x, b in zip(out, d, buf):
             torch.add(x, b, alpha=self.momentum, out=o)
         return out, {"buf": buf}
@@ -98,11 +131,14 @@ class Adam(UpdateRule):
     def init(self, like: list[Tensor]) -> State:
         return {"m": [torch.zeros_like(t) for t in like], "v": [torch.zeros_like(t) for t in like], "t": 0}
 
-    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
+    def apply(
+        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], State]:
         b1, b2 = self.betas
         t = state["t"] + 1
         empty = empty or _empty_like(d)
-        m, v, out = empty(), empty(), empty()
+        m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
+        out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
         for x, m0, v0, m1, v1, o in zip(d, state["m"], state["v"], m, v, out):
             torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
             torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
@@ -148,9 +184,11 @@ class RMSProp(UpdateRule):
         start = torch.zeros_like if self.convention == "torch" else torch.ones_like
         return {"v": [start(t) for t in like]}
 
-    def apply(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], State]:
+    def apply(
+        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], State]:
         empty = empty or _empty_like(d)
-        v, out = empty(), empty()
+        v, out = state["v"] if own_state else empty(), empty()  # out needs d until the end: never d
         for x, v0, v1, o in zip(d, state["v"], v, out):
             torch.mul(v0, self.decay, out=v1).addcmul_(x, x, value=1 - self.decay)
             if self.convention == "torch":

@@ -226,24 +226,6 @@ FIRST_ORDER = {
 
 
 @pytest.mark.parametrize("name", list(FIRST_ORDER))
-def test_first_order_steps_reuse_their_vectors_once_warm(name) -> None:
-    """No parameter-sized allocation for the vector math of a warm first-order step:
-    the state's vectors come from the game's pool and the pool stops growing."""
-    game = GAMES["quadratic"]().build(FIRST_ORDER[name]())
-    for _ in range(3):
-        game.step()
-    pool = game._pool
-    allocated = pool.num_vectors
-    owned = {v[0].untyped_storage().data_ptr() for v in pool._owned}
-    for _ in range(6):
-        game.step()
-        for t in gameopt.algorithms.base.tensors_in(game.algorithm.algo_state):
-            if t.dim() == 1 and t.numel() == game.layout.data[0].numel():
-                assert t.untyped_storage().data_ptr() in owned
-    assert pool.num_vectors == allocated
-
-
-@pytest.mark.parametrize("name", list(FIRST_ORDER))
 def test_state_dict_is_a_snapshot_that_later_steps_do_not_touch(name) -> None:
     game = GAMES["quadratic"]().build(FIRST_ORDER[name]())
     game.step()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..updates import Plain, UpdateRule
+from ..updates import Plain, UpdateRule, apply
 
 if TYPE_CHECKING:
     from ..game import Game, Oracle
@@ -208,14 +208,21 @@ class Algorithm(torch.optim.Optimizer):
         return self.game.step_closure(self.game.losses if closure is None else closure)
 
     # --------------------------------------------------------------- helpers
-    def descend(self, oracle: Oracle, d: Vec, rule_state: State, scratch: bool = False) -> tuple[Vec, State]:
-        """−η · rule(d), per player, and the rule's new state. With ``scratch``, ``d``
-        may be overwritten (it is the oracle's buffer or a temporary)."""
-        out, new_rule_state = self.rule.apply(d, rule_state, oracle.empty)
+    def descend(
+        self, oracle: Oracle, d: Vec, rule_state: State, scratch: bool = False, own_state: bool = False
+    ) -> tuple[Vec, State]:
+        """−η · rule(d), per player, and the rule's new state. ``scratch``: ``d`` may be
+        overwritten (the gradient buffer or a temporary); the step is then written into
+        it, taking no vector. ``own_state``: ``rule_state`` is a temporary of this step
+        (not the committed state), updated in place (see :mod:`gameopt.updates`)."""
+        out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
         factors = [-lr for lr in self.lrs]
         state_ids = {id(t) for t in tensors_in(new_rule_state)}
-        if (out is d and not scratch) or any(id(o) in state_ids for o in out):
-            return oracle.scaled(out, factors), new_rule_state  # keep ``d`` or the state intact
+        if any(id(o) in state_ids for o in out):  # the rule keeps its result (momentum): leave it intact
+            step = oracle.layout.scale_(out, factors, out=d) if scratch else oracle.scaled(out, factors)
+            return step, new_rule_state
+        if out is d and not scratch:
+            return oracle.scaled(out, factors), new_rule_state  # keep ``d`` intact
         return oracle.scale_(out, factors), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
@@ -277,6 +284,7 @@ class Wrapper(Algorithm):
 
     def bind(self, game: Game) -> None:
         self.base.bind(game)
+        self.base.algo_state = {}  # the base's state lives inside this one's, not twice
         torch.optim.Optimizer.__init__(self, self.base.param_groups, {"lr": self.base.lrs[0]})
         self.game = game
         self.algo_state = self.init_state(game)

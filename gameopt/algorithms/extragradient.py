@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..updates import UpdateRule
+from ..updates import UpdateRule, apply
 from .base import Algorithm, State, check_per_player
 
 if TYPE_CHECKING:
@@ -45,9 +45,11 @@ class Extragradient(Algorithm):
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         eta_x = self.hyper["extrapolation_lr"]
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
-        out, rule_state = self.rule.apply(oracle.xi(), state["rule"], oracle.empty)
+        # the first direction may be the gradient buffer itself: the move to w' reads it
+        # before ξ(w') is written there; the rule's state after it is this step's own
+        out, rule_state = apply(self.rule, oracle.xi(), state["rule"], oracle.empty, scratch=True)
         xi_x = oracle.xi(along=(out, [-lr for lr in lrs]))  # ξ(w'), w' = w − η' out
-        delta, rule_state = self.descend(oracle, xi_x, rule_state, scratch=True)
+        delta, rule_state = self.descend(oracle, xi_x, rule_state, scratch=True, own_state=True)
         return delta, {"rule": rule_state}
 
 
@@ -74,14 +76,12 @@ class Optimistic(Algorithm):
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         xi = oracle.xi()
-        out, rule_state = self.rule.apply(xi, state["rule"], oracle.empty)
-        prev = state["prev"] if state["t"] > 0 else out
-        if out is xi:  # the game's gradient buffer: keep a copy, then reuse the buffer for delta
+        out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
+        if out is xi:  # the gradient buffer: the next step's previous direction is a copy
             out = oracle.empty()
             torch._foreach_copy_(out, xi)
-            delta = xi
-        else:
-            delta = oracle.empty()
+        prev = state["prev"] if state["t"] > 0 else out
+        delta = xi  # read by now: the gradient buffer takes the step
         for d, p, o in zip(delta, prev, out):
             torch.add(p, o, alpha=-2.0, out=d)  # −(2 out − prev), exactly
         oracle.scale_(delta, self.lrs)

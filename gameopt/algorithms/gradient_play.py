@@ -32,8 +32,7 @@ class SimGD(Algorithm):
         super().__init__(lr, update)
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
-        xi = oracle.xi()
-        delta, rule_state = self.descend(oracle, xi, state["rule"], scratch=True)
+        delta, rule_state = self.descend(oracle, oracle.xi(), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 

@@ -43,8 +43,9 @@ class Lookahead(Wrapper):
         count = state["count"] + 1
         slow = state["slow"]
         if count % self.hyper["k"] == 0:
-            fast = oracle.moved(delta)
-            slow = list(torch._foreach_add(slow, torch._foreach_sub(fast, slow), alpha=self.hyper["alpha"]))
+            diff = oracle.moved(delta)  # the fast weights, then (in place) fast − slow
+            torch._foreach_sub_(diff, slow)
+            slow = list(torch._foreach_add(slow, diff, alpha=self.hyper["alpha"]))
             # an average of feasible points is feasible in a convex set; project where not
             oracle.project_nonconvex_(slow)
             delta = oracle.delta_to(slow)
