@@ -1,6 +1,6 @@
 """gameopt: optimization of differentiable multi-player games in PyTorch."""
 
-from . import diagnostics
+from . import debug, diagnostics
 from .algorithms import (
     ACGD,
     CGD,
@@ -28,6 +28,7 @@ from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
 from .vec import Vec
 
 __all__ = [
+    "debug",
     "diagnostics",
     "ACGD",
     "CGD",

@@ -34,7 +34,6 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor, nn
 
-from .buffer import _view
 from .evaluation import Evaluations, LossError, split_losses
 from .layout import Entry, JointLayout
 from .vec import Vec
@@ -64,6 +63,7 @@ class Problem:
     sparse: list[bool]
     sizes: list[int]  # trainable elements per player
     modules: list[nn.Module]  # the players' modules (players given as tensors have none)
+    recurrent: bool  # a recurrent layer among them (its CPU kernel has no forward-mode AD)
     layout: JointLayout
     mean_: Callable[[Vec], Vec]  # average across ranks in place (identity on one process)
     parallel: bool  # data-parallel: ξ is an average across ranks
@@ -157,8 +157,7 @@ def jacobian_mode(problem: Problem) -> Iterator[None]:
     a recurrent layer would use its (forward-AD-less) CPU kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    modules = problem.modules
-    rnn = any(isinstance(sub, torch.nn.RNNBase) for m in modules for sub in m.modules())
+    rnn = problem.recurrent
     mkldnn = torch._C._get_mkldnn_enabled()
     try:
         if rnn:
@@ -506,26 +505,6 @@ class Linearization:
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
-def _group_views(layout: Any, g: int, flat: Tensor) -> list[tuple[Tensor, Tensor]]:
-    """(parameter, parameter-shaped view of ``flat``) for every parameter in joint
-    group ``g``: one ``torch.split`` for the whole group (its backward is one ``cat``)."""
-    sizes: list[int] = []
-    where: list[tuple[Tensor, int, Any]] = []
-    end = 0
-    for e in layout._group_entries[g]:
-        for p, seg in zip(e.buffer.params, e.buffer.segments):
-            start = e.start + seg.offset
-            if start > end:
-                sizes.append(start - end)
-            where.append((p, len(sizes), seg))
-            sizes.append(seg.numel)
-            end = start + seg.numel
-    if flat.numel() > end:
-        sizes.append(flat.numel() - end)
-    chunks = torch.split(flat, sizes)
-    return [(p, _view(chunks[k], seg)) for p, k, seg in where]
-
-
 class ZeroSumLinearization:
     """ξ with its graph for a two-player zero-sum game given as losses (f, −f).
 
@@ -564,10 +543,10 @@ class ZeroSumLinearization:
         for g, data in enumerate(layout.data):
             if self.functional:
                 leaf = data.detach().requires_grad_()
-                values.update((id(p), view) for p, view in _group_views(layout, g, leaf))
+                values.update((id(p), view) for p, view in layout.param_views(g, leaf))
                 self.inputs.append([leaf])
             else:
-                self.inputs.append([p for e in layout._group_entries[g] for p in e.buffer.params])
+                self.inputs.append([p for e in layout.group_entries(g) for p in e.buffer.params])
         self._flat_inputs = [t for ins in self.inputs for t in ins]
         with jacobian_mode(problem), _substituted(problem, values) if self.functional else contextlib.nullcontext():
             self.losses, self.metrics = evaluate_losses(problem, closure)
@@ -596,7 +575,7 @@ class ZeroSumLinearization:
         dst, src = [], []
         pos = 0
         for g, ins in enumerate(self.inputs):
-            for (_, view), t in zip(_group_views(self.layout, g, out[g]), per_input[pos : pos + len(ins)]):
+            for (_, view), t in zip(self.layout.param_views(g, out[g]), per_input[pos : pos + len(ins)]):
                 if t is not None:
                     dst.append(view)
                     src.append(t)
@@ -610,7 +589,7 @@ class ZeroSumLinearization:
         """``v`` as one tensor per input (the grad_outputs of a product)."""
         if self.functional:
             return list(v)
-        return [view for g in range(len(self.inputs)) for _, view in _group_views(self.layout, g, v[g])]
+        return [view for g in range(len(self.inputs)) for _, view in self.layout.param_views(g, v[g])]
 
     def _signed(self, v: Vec) -> Vec:
         """S v: a new vector, player 1's part negated."""

@@ -78,6 +78,8 @@ class Evaluations:
     """
 
     def __init__(self, modules: Sequence[nn.Module], devices: Sequence[torch.device]) -> None:
+        """``modules``: every module whose own buffers move (submodules included: the
+        list is not searched recursively)."""
         self._modules = list(modules)
         self._cuda = sorted({d for d in devices if d.type == "cuda"}, key=str)
         self._start = self._rng()
@@ -102,7 +104,7 @@ class Evaluations:
             self._plain_done = True
             return
         now = self._rng()
-        saved = [(b, b.clone()) for m in self._modules for b in m.buffers()]
+        saved = [(b, b.clone()) for b in own_buffers(self._modules)]
         self._set_rng(self._start)
         try:
             yield False
@@ -115,6 +117,12 @@ class Evaluations:
 
     def keep_metrics(self, metrics: dict[str, Any]) -> None:
         self.metrics = _detached(metrics)
+
+
+def own_buffers(modules: Sequence[nn.Module]) -> list[Tensor]:
+    """The buffers registered on the modules themselves (not searched recursively:
+    pass every submodule; far cheaper than ``module.buffers()`` on deep models)."""
+    return [b for m in modules for b in m._buffers.values() if b is not None]
 
 
 class DynamicLossScale:

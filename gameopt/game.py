@@ -12,11 +12,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from . import autodiff
+from . import autodiff, debug
 from .algorithms.base import Algorithm, _check_like, _clone, check_number, tensors_in
 from .buffer import links_intact
 from .distributed import DataParallel
-from .evaluation import DynamicLossScale, Evaluations, StepLosses
+from .evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
 from .layout import JointLayout, Vec, VecPool, all_finite
 from .player import Player
 
@@ -49,6 +49,14 @@ class Oracle:
     group). :meth:`xi` does not check finiteness (the step's check of the update
     and the new state covers it); :meth:`linearize` does unless told otherwise;
     every point is checked before anything is evaluated there.
+
+    Ownership: what :meth:`xi` returns is *borrowed* (the game's gradient buffer,
+    valid until the next :meth:`xi`; the algorithm may overwrite it, return it as
+    its step, or pass it to the next :meth:`xi` as ``along``, but never keep it in
+    its state). Everything else is the caller's: the linearization and its vectors,
+    and the vectors of :meth:`empty`, :meth:`moved`, :meth:`delta_to` and
+    :meth:`scaled` (taken from the game's pool: kept after the step only if the
+    returned state holds them). :mod:`gameopt.debug` makes misuse fail loudly.
     """
 
     def __init__(self, game: Game, closure: Callable[[], Any]) -> None:
@@ -59,6 +67,7 @@ class Oracle:
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
         self._all_losses: list[Sequence[Tensor]] = []
         self.empty = game._pool.take  # a pool vector (contents undefined); see VecPool
+        self.borrowed: list[Vec] = []  # what xi() returned (debug mode: copies, poisoned when stale)
 
     @property
     def params(self) -> Vec:
@@ -73,8 +82,8 @@ class Oracle:
         """ξ at the current point, at ``at``, or ``along=(d, factors)`` at
         w + factorᵢ·dᵢ (each player's part with its factor; ``d`` is left as it is).
         With ``players``, only those players' parts are computed (the rest of the
-        returned vector is meaningless). The result is the game's gradient buffer:
-        valid until the next call.
+        returned vector is meaningless). The result is borrowed (see the class): the
+        game's gradient buffer, valid until the next call.
 
         ξ is not checked here: :meth:`Game.step` checks the update and the new state,
         which every ξ flows into. A point is checked before anything runs there."""
@@ -84,9 +93,20 @@ class Oracle:
             self.game._together(),
             self.evaluations(plain=at is None and along is None) as own,
         ):
+            if debug.enabled():  # the point is formed (``along`` read): earlier results are stale now
+                debug.poison_(t for vec in self.borrowed for t in vec)
             losses, metrics = autodiff.first_order(self.game._problem, list(which), self.closure, self.scale)
         self._seen(losses, metrics if own else None)
-        return self.game._mean_(self.layout.grad)
+        xi = self.game._mean_(self.layout.grad)
+        if debug.enabled():
+            xi = self.empty().copy_(xi)
+            if players is not None:  # the other players' parts are meaningless
+                others = [i for i in range(self.num_players) if i not in which]
+                debug.poison_(t for i in others for t in self.layout.player_views(xi, i))
+            self.borrowed.append(xi)
+        else:
+            self.borrowed = [xi]
+        return xi
 
     def _seen(self, losses: Sequence[Tensor], metrics: dict[str, Any] | None) -> None:
         if self.losses is None:
@@ -300,6 +320,7 @@ class Game:
                 buf, idx = player._where[id(p)]
                 views.append(buf.grad_view(idx))
             self._grad_views.append(views)
+        self._submodules = [m for p in self.players for m in p.submodules]  # checked every step (_unchanged)
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
             names=[p.name for p in self.players],
@@ -309,6 +330,7 @@ class Game:
             sparse=[p.has_sparse_grad for p in self.players],
             sizes=[p.numel for p in self.players],
             modules=self._modules(),
+            recurrent=any(isinstance(m, nn.RNNBase) for m in self._submodules),
             layout=self.layout,
             mean_=self._mean_,
             parallel=self._parallel is not None,
@@ -457,7 +479,7 @@ class Game:
 
     def _evaluations(self) -> Evaluations:
         devices = [key[0] for key in self.layout.keys]
-        return Evaluations(self._modules(), devices)
+        return Evaluations(self._submodules, devices)
 
     @_autograd_on
     def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
@@ -516,9 +538,10 @@ class Game:
         oracle = Oracle(self, closure)
         old = self.algorithm.algo_state
         kept = old
-        buffers = [(b, b.clone()) for m in self._modules() for b in m.buffers()]
+        buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]
         try:
             delta, new_state = self.algorithm.update(oracle, old)
+            _check_not_borrowed(new_state, oracle.borrowed, type(self.algorithm).__name__)
             if not all_finite(_unchecked(delta, new_state, old)):
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
             with torch.no_grad():
@@ -654,6 +677,17 @@ class _Watch:
         self.params = [q for p in players for b in p.buffers for q in b.params]
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]
+
+
+def _check_not_borrowed(state: Any, borrowed: Sequence[Vec], name: str) -> None:
+    """Refuse a state that holds a vector that :meth:`Oracle.xi` lent (the gradient
+    buffer, which the next evaluation overwrites)."""
+    lent = {t.untyped_storage().data_ptr() for vec in borrowed for t in vec}
+    if lent and any(t.untyped_storage().data_ptr() in lent for t in tensors_in(state)):
+        raise RuntimeError(
+            f"{name}.update returned a state that holds the result of oracle.xi(), which is borrowed "
+            "(the next evaluation overwrites it): keep a copy (oracle.empty().copy_(xi)) instead"
+        )
 
 
 def _unchecked(delta: Vec, new_state: Any, old_state: Any) -> list[Tensor]:

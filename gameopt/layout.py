@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from .buffer import FlatBuffer
+from . import debug
+from .buffer import FlatBuffer, _contiguous_strides, _view
 from .player import Player
 from .vec import Vec
 
@@ -57,6 +59,7 @@ class JointLayout:
         self.by_player: list[list[Entry]] = [[e for e in self.entries if e.player == i] for i in range(len(players))]
         self._group_entries = [[e for e in self.entries if e.group == g] for g in range(len(keys))]
         self._uniform_groups = [len({e.player for e in es}) == 1 for es in self._group_entries]
+        self._splits = [self._split_plan(g) for g in range(len(keys))]
         self.num_elements = sum(e.buffer.num_elements for e in self.entries)
         # no padding anywhere: writing every entry of a vector defines all of it
         self.dense = all(
@@ -139,6 +142,38 @@ class JointLayout:
                     o[e.start : e.stop].add_(t[e.start : e.stop], alpha=f)
         return out
 
+    def group_entries(self, g: int) -> list[Entry]:
+        """The player buffers in joint group ``g``, in storage order."""
+        return list(self._group_entries[g])
+
+    def param_views(self, g: int, flat: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """(parameter, parameter-shaped view of ``flat``) for every parameter of joint
+        group ``g``, from one ``torch.split`` of ``flat`` (whose backward is one ``cat``)."""
+        sizes, where = self._splits[g]
+        chunks = torch.split(flat, sizes)
+        return [
+            (p, chunks[k].view(shape) if shape is not None else _view(chunks[k], seg)) for p, k, shape, seg in where
+        ]
+
+    def _split_plan(self, g: int) -> tuple[list[int], list[tuple[Tensor, int, torch.Size | None, Any]]]:
+        """Sizes that cut group ``g`` into its parameters (and padding), and per
+        parameter (parameter, chunk index, shape when contiguous, segment)."""
+        sizes: list[int] = []
+        where = []
+        end = 0
+        for e in self._group_entries[g]:
+            for p, seg in zip(e.buffer.params, e.buffer.segments):
+                start = e.start + seg.offset
+                if start > end:
+                    sizes.append(start - end)
+                contiguous = seg.stride == _contiguous_strides(seg.shape)
+                where.append((p, len(sizes), seg.shape if contiguous else None, seg))
+                sizes.append(seg.numel)
+                end = start + seg.numel
+        if self.data[g].numel() > end:
+            sizes.append(self.data[g].numel() - end)
+        return sizes, where
+
     def dot(self, a: Vec, b: Vec) -> Tensor:
         """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""
         return Vec(a).dot(b)
@@ -165,8 +200,13 @@ class VecPool:
         return vec
 
     def recycle(self, keep: Sequence[Tensor]) -> None:
+        """Let go of every vector ``keep`` does not hold (filled with NaN first in
+        debug mode, see :mod:`gameopt.debug`)."""
         live = {t.untyped_storage().data_ptr() for t in keep}
-        self._owned = [v for v in self._owned if v[0].untyped_storage().data_ptr() in live]
+        kept = [v for v in self._owned if v[0].untyped_storage().data_ptr() in live]
+        if debug.enabled():
+            debug.poison_(t for v in self._owned if v[0].untyped_storage().data_ptr() not in live for t in v)
+        self._owned = kept
 
     @property
     def num_vectors(self) -> int:

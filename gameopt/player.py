@@ -333,6 +333,12 @@ class Player:
         return list(self._params)
 
     @property
+    def submodules(self) -> list[nn.Module]:
+        """The module and all its submodules, as at fusing (the game checks every step
+        that none was added, removed or replaced)."""
+        return list(self._modules_seen)
+
+    @property
     def places(self) -> list[list[tuple[nn.Module, str]]]:
         """For each fused parameter (in :attr:`parameters` order), the (module,
         attribute name) pairs where it is registered."""

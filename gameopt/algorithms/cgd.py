@@ -48,6 +48,7 @@ def schur_operator(lin: Linearization, eta: Vec) -> tuple[MatVec, MatVec, MatVec
     Bᵀ x, the symmetric Schur complement c ↦ c + √η_a B η_b Bᵀ √η_a c (two
     Jacobian products through the kept graph), and √η."""
     a, b = 1, 0
+    eta = Vec(eta)
     sqrt_eta = eta.sqrt()
 
     def B(u: Vec) -> Vec:  # (∂ξ_a/∂w_b) u = −(∂ξ_b/∂w_a)ᵀ u in the zero-sum case
