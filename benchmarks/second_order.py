@@ -297,9 +297,10 @@ def krylov_product(pair: Pair, ours: bool) -> Callable[[], object]:
     if ours:
         game = zero_sum_step(pair, lambda: gameopt.CGD(LR, zero_sum=True)).game  # type: ignore[attr-defined]
         lin = Oracle(game, functools.partial(game.losses, pair.x, pair.z)).linearize()
-        eta = [torch.full_like(t, LR) for t in lin.xi]
-        matvec = schur_operator(lin, eta)[2]
-        c = game.layout.only([torch.randn_like(t) for t in lin.xi], 1)
+        views = game.layout.player_views
+        eta = gameopt.Vec(torch.full_like(t, LR) for t in lin.xi)
+        matvec = schur_operator(lin, gameopt.Vec(views(eta, 1)), gameopt.Vec(views(eta, 0)))[2]
+        c = gameopt.Vec(views(gameopt.Vec(torch.randn_like(t) for t in lin.xi), 1))
         fn: Callable[[], object] = lambda: matvec(c)  # noqa: E731
         fn.keep = lin  # type: ignore[attr-defined]
         return fn

@@ -373,6 +373,15 @@ class Linearization:
         """(∂ξ_i/∂w_j)ᵀ u_i, in player j's part of the result."""
         return self._mean(self._to_vec(self._reverse(self.entries_of[i], u, self.entries_of[j])))
 
+    def block_vjp_parts(self, i: int, j: int, u_i: Sequence[Tensor]) -> Vec:
+        """(∂ξ_i/∂w_j)ᵀ u_i on players' parts: ``u_i`` one flat tensor per buffer of
+        player i (as ``layout.player_views``), the result one per buffer of player j,
+        fresh tensors straight from the reverse pass (no joint vector formed: for
+        solvers that live in one player's space, CGD's Schur complement)."""
+        ins = self.entries_of[j]
+        res = self._grad([self.pieces[k] for k in self.entries_of[i]], list(u_i), ins)
+        return self._mean(Vec(self._zeros(k) if res[k] is None else res[k] for k in ins))
+
     def cross_gradients(self) -> list[Vec]:
         """For each player i, the joint vector (∇_{w_j} f_i)_{j≠i} (zero in i's own part),
         all averaged across ranks in one collective."""
@@ -655,6 +664,12 @@ class ZeroSumLinearization:
         """(Jᵀv, Jv): two Hessian-vector products, batched when ``batched``."""
         h_sv, h_v = self._hvps([self._signed(v), v])
         return self._mean(h_sv), self._mean(self._sign_(h_v))
+
+    def block_vjp_parts(self, i: int, j: int, u_i: Sequence[Tensor]) -> Vec:
+        """(∂ξ_i/∂w_j)ᵀ u_i on players' parts (see :meth:`Linearization.block_vjp_parts`)."""
+        u = self.layout.zeros()
+        Vec(self.layout.player_views(u, i)).copy_(u_i)
+        return Vec(self.layout.player_views(self.block_vjp(i, j, u), j))
 
     def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
         """(∂ξ_i/∂w_j)ᵀ u_i = s_i H_ji u_i, in player j's part of the result."""

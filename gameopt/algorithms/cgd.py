@@ -24,7 +24,7 @@ def competitive_step(
 
     General games: GMRES on the whole system, warm-started from the last Δ.
     Two-player zero-sum games (H_o = [[0, B], [−Bᵀ, 0]]): CG on the Schur
-    complement of player a = 1 in symmetric form,
+    complement of player a = 1 in symmetric form, on a's part of the vectors only:
     (I + √η_a B η_b Bᵀ √η_a) c = −√η_a (ξ_a − B η_b ξ_b), Δ_a = √η_a c,
     Δ_b = −η_b (ξ_b − Bᵀ Δ_a), warm-started from the last c.
     Every product is matrix-free through the game's retained graph.
@@ -34,33 +34,43 @@ def competitive_step(
         delta, _ = gmres(lambda d: d + eta * lin.offdiag_jvp(d), -(eta * xi), x0=warm, **solver)
         return delta, delta
     layout = oracle.layout
-    B, Bt, matvec, sqrt_eta = schur_operator(lin, eta)
-    xi_a, xi_b = layout.only(xi, 1), layout.only(xi, 0)
-    rhs = -(sqrt_eta * (xi_a - B(eta * xi_b)))
-    c, _ = cg(matvec, rhs, x0=warm, **solver)
-    delta_a = sqrt_eta * c
-    delta_b = -(eta * (xi_b - Bt(delta_a)))
-    return delta_a + delta_b, c
-
-
-def schur_operator(lin: Linearization, eta: Vec) -> tuple[MatVec, MatVec, MatVec, Vec]:
-    """For a two-player zero-sum game (a = player 1, b = player 0): B u = (∂ξ_a/∂w_b) u,
-    Bᵀ x, the symmetric Schur complement c ↦ c + √η_a B η_b Bᵀ √η_a c (two
-    Jacobian products through the kept graph), and √η."""
     a, b = 1, 0
-    eta = Vec(eta)
-    sqrt_eta = eta.sqrt()
+    eta_a, eta_b = Vec(layout.player_views(eta, a)), Vec(layout.player_views(eta, b))
+    B, Bt, matvec, sqrt_eta_a = schur_operator(lin, eta_a, eta_b)
+    xi_a, xi_b = Vec(layout.player_views(xi, a)), Vec(layout.player_views(xi, b))
+    rhs = -(sqrt_eta_a * (xi_a - B(eta_b * xi_b)))
+    c, _ = cg(matvec, rhs, x0=Vec(layout.player_views(warm, a)), **solver)
+    delta_a = sqrt_eta_a * c
+    delta_b = -(eta_b * (xi_b - Bt(delta_a)))
+    delta, new_warm = layout.zeros(), layout.zeros()
+    Vec(layout.player_views(delta, a)).copy_(delta_a)
+    Vec(layout.player_views(delta, b)).copy_(delta_b)
+    Vec(layout.player_views(new_warm, a)).copy_(c)
+    return delta, new_warm
+
+
+def schur_operator(lin: Linearization, eta_a: Vec, eta_b: Vec) -> tuple[MatVec, MatVec, MatVec, Vec]:
+    """For a two-player zero-sum game (a = player 1, b = player 0), on the players'
+    parts (one tensor per buffer): B u = (∂ξ_a/∂w_b) u (b's part to a's), Bᵀ x (a's to
+    b's), the symmetric Schur complement c ↦ c + √η_a B η_b Bᵀ √η_a c on a's part
+    (two Jacobian products through the kept graph), and √η_a."""
+    a, b = 1, 0
+    sqrt_eta_a = eta_a.sqrt()
 
     def B(u: Vec) -> Vec:  # (∂ξ_a/∂w_b) u = −(∂ξ_b/∂w_a)ᵀ u in the zero-sum case
-        return -lin.block_vjp(b, a, u)
+        return -lin.block_vjp_parts(b, a, u)
 
     def Bt(x: Vec) -> Vec:  # (∂ξ_a/∂w_b)ᵀ x
-        return lin.block_vjp(a, b, x)
+        return lin.block_vjp_parts(a, b, x)
 
     def matvec(c: Vec) -> Vec:  # c + √η B(η Bᵀ(√η c)), with B's sign folded in (exact)
-        return c - sqrt_eta * lin.block_vjp(b, a, eta * Bt(sqrt_eta * c))
+        t = Bt(sqrt_eta_a * c)
+        t *= eta_b
+        y = lin.block_vjp_parts(b, a, t)
+        y *= sqrt_eta_a
+        return c - y
 
-    return B, Bt, matvec, sqrt_eta
+    return B, Bt, matvec, sqrt_eta_a
 
 
 def _check_zero_sum(lin: Linearization, n_players: int) -> None:
