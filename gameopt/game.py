@@ -540,6 +540,7 @@ class Game:
         kept = old
         buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]
         try:
+            self.algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = self.algorithm.update(oracle, old)
             _check_not_borrowed(new_state, oracle.borrowed, type(self.algorithm).__name__)
             if not all_finite(_unchecked(delta, new_state, old)):

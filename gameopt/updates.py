@@ -37,7 +37,18 @@ def _empty_like(d: list[Tensor]) -> Empty:
 
 
 class UpdateRule:
-    """Base class: the identity rule (plain gradient steps)."""
+    """Base class: the identity rule (plain gradient steps).
+
+    ``schedulable``: the settings a user may schedule. The algorithm keeps them in its
+    param groups (``group["betas"]``, ``group["momentum"]``: the keys torch.optim's
+    Adam and SGD use, so ``OneCycleLR``/``CyclicLR`` with ``cycle_momentum`` drive
+    them) and hands the groups' values to the rule before each step."""
+
+    schedulable: tuple[str, ...] = ()
+
+    def check(self, name: str, value: Any, path: str | None = None) -> Any:
+        """``value`` for the schedulable setting ``name``, checked (``ValueError`` naming ``path``)."""
+        raise KeyError(name)
 
     def init(self, like: list[Tensor]) -> State:
         return {}
@@ -73,6 +84,12 @@ def _takes_flags(cls: type) -> bool:
     return "scratch" in params and "own_state" in params
 
 
+def _check_number() -> Callable[..., Any]:
+    from .algorithms.base import check_number  # not at the top: algorithms import this module
+
+    return check_number
+
+
 class Plain(UpdateRule):
     """out = d."""
 
@@ -85,11 +102,14 @@ class Momentum(UpdateRule):
     ``torch.optim.SGD`` with zero dampening.
     """
 
+    schedulable = ("momentum",)
+
     def __init__(self, momentum: float = 0.9, nesterov: bool = False) -> None:
-        if not -1.0 < momentum < 1.0:
-            raise ValueError(f"momentum must be in (-1, 1), got {momentum}")
-        self.momentum = float(momentum)
+        self.momentum = self.check("momentum", momentum)
         self.nesterov = bool(nesterov)
+
+    def check(self, name: str, value: Any, path: str | None = None) -> Any:
+        return _check_number()(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
         return {"buf": [torch.zeros_like(t) for t in like]}
@@ -119,14 +139,18 @@ class Adam(UpdateRule):
     advance the moments and ``t`` (Extra-Adam, Gidel et al. 2019).
     """
 
+    schedulable = ("betas",)
+
     def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-        b1, b2 = betas
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-        if eps < 0:
-            raise ValueError(f"eps must be non-negative, got {eps}")
-        self.betas = (float(b1), float(b2))
-        self.eps = float(eps)
+        self.betas = self.check("betas", betas)
+        self.eps = _check_number()("eps", eps, low=0.0)
+
+    def check(self, name: str, value: Any, path: str | None = None) -> Any:
+        path = path or name
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise ValueError(f"{path} must be two numbers in [0, 1), got {value!r}")
+        check = _check_number()
+        return tuple(check(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
 
     def init(self, like: list[Tensor]) -> State:
         return {"m": [torch.zeros_like(t) for t in like], "v": [torch.zeros_like(t) for t in like], "t": 0}
@@ -169,16 +193,18 @@ class RMSProp(UpdateRule):
     """
 
     DEFAULTS = {"torch": (0.99, 1e-8), "tf1": (0.9, 1e-10)}  # convention → (decay, eps)
+    schedulable = ("decay",)
 
     def __init__(self, decay: float | None = None, eps: float | None = None, convention: str = "torch") -> None:
-        from .algorithms.base import check_number  # not at the top: algorithms import this module
-
         if convention not in self.DEFAULTS:
             raise ValueError(f"convention must be one of {sorted(self.DEFAULTS)}, got {convention!r}")
         default_decay, default_eps = self.DEFAULTS[convention]
-        self.decay = check_number("decay", default_decay if decay is None else decay, low=0.0, high=1.0, high_open=True)
-        self.eps = check_number("eps", default_eps if eps is None else eps, low=0.0)
+        self.decay = self.check("decay", default_decay if decay is None else decay)
+        self.eps = _check_number()("eps", default_eps if eps is None else eps, low=0.0)
         self.convention = convention
+
+    def check(self, name: str, value: Any, path: str | None = None) -> Any:
+        return _check_number()(path or name, value, low=0.0, high=1.0, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
         start = torch.zeros_like if self.convention == "torch" else torch.ones_like

@@ -225,7 +225,8 @@ BAD_HYPERPARAMETERS = [
     (lambda: gameopt.SimGD([0.1, True]), "lr[1]"),
     (lambda: gameopt.SimGD([]), "lr"),
     (lambda: gameopt.Momentum(1.5), "momentum"),
-    (lambda: gameopt.Adam((1.0, 0.9)), "betas"),
+    (lambda: gameopt.Adam((1.0, 0.9)), "betas[0]"),
+    (lambda: gameopt.Adam(0.9), "betas"),
     (lambda: gameopt.Extragradient(0.1, extrapolation_lr=-1), "extrapolation_lr"),
     (lambda: gameopt.Extragradient(0.1, extrapolation_lr=NAN), "extrapolation_lr"),
     (lambda: gameopt.Extragradient(0.1, extrapolation_lr=[0.1, "x"]), "extrapolation_lr[1]"),
@@ -345,3 +346,58 @@ def test_a_checkpoint_without_the_scheduled_keys_still_loads() -> None:
     other = tg.build(gameopt.ConsensusOptimization(0.05, gamma=0.5))
     other.load_state_dict(sd)
     assert other.algorithm.gamma == 0.5
+
+
+RULES = [
+    ("betas", lambda: gameopt.Adam((0.9, 0.99)), (0.5, 0.9)),
+    ("momentum", lambda: gameopt.Momentum(0.5), -0.3),
+    ("decay", lambda: gameopt.RMSProp(0.9), 0.5),
+]
+
+
+@pytest.mark.parametrize("name, rule, after", RULES, ids=[n for n, _, _ in RULES])
+@pytest.mark.parametrize("wrap", [False, True], ids=["", "lookahead"])
+def test_update_rule_settings_live_in_the_param_groups(name, rule, after, wrap) -> None:
+    """Adam's betas, momentum and RMSProp's decay follow the param groups (where
+    schedulers write them), are checkpointed there, and a bad value is refused."""
+
+    def make(r):
+        algo = gameopt.Extragradient(0.05, update=r)
+        return gameopt.Lookahead(algo, k=3) if wrap else algo
+
+    tg = GAMES["quadratic"]()
+    game = tg.build(make(rule()))
+    game.step()
+    for g in game.algorithm.param_groups:
+        g[name] = after
+    game.step()
+    scheduled = tg.params()
+    tg2 = GAMES["quadratic"]()
+    ref = tg2.build(make(rule()))
+    ref.step()
+    sd = ref.state_dict()
+    for g in sd["algorithm"]["param_groups"]:
+        g[name] = after
+    ref.load_state_dict(sd)  # same point and state, the new setting
+    ref.step()
+    assert all(torch.equal(a, b) for a, b in zip(scheduled, tg2.params()))
+    assert game.state_dict()["algorithm"]["param_groups"][0][name] == (after if name != "betas" else tuple(after))
+    bad = (1.5, 0.9) if name == "betas" else 1.5
+    game.algorithm.param_groups[2][name] = bad
+    before = [w.clone() for w in tg.params()]
+    with pytest.raises(ValueError, match=rf"param_groups\[2\]\.{name}"):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+
+
+def test_one_cycle_lr_cycles_adams_beta1() -> None:
+    tg = GAMES["quadratic"]()
+    game = tg.build(gameopt.SimGD(0.05, update=gameopt.Adam((0.9, 0.99))))
+    sched = torch.optim.lr_scheduler.OneCycleLR(game.algorithm, max_lr=0.1, total_steps=10, base_momentum=0.8)
+    seen = []
+    for _ in range(5):
+        game.step()
+        sched.step()
+        seen.append(game.algorithm.rule.betas[0])
+    assert seen[0] == 0.95 and min(seen[1:]) < 0.95  # the rule took the scheduled values
+    assert all(g["betas"][1] == 0.99 for g in game.algorithm.param_groups)

@@ -69,6 +69,13 @@ def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
     return check_per_player("lr", lr, low=0.0)
 
 
+def _shared(owner: str, name: str, values: list[Any]) -> Any:
+    """The one value all players' param groups hold for ``name``."""
+    if any(v != values[0] for v in values):
+        raise ValueError(f"{owner} uses one {name} for all players, the param groups hold {values}")
+    return values[0]
+
+
 class Hyper:
     """A hyperparameter that users may schedule, declared on the algorithm's class
     (``gamma = Hyper(low=0.0)``). Once the algorithm is in a game it lives in every
@@ -91,11 +98,7 @@ class Hyper:
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        values = obj.per_player(self.name)
-        if any(v != values[0] for v in values):
-            name = type(obj).__name__
-            raise ValueError(f"{name} uses one {self.name} for all players, the param groups hold {values}")
-        return values[0]
+        return _shared(type(obj).__name__, self.name, obj.per_player(self.name))
 
     def __set__(self, obj: Any, value: Any) -> None:
         value = self.check(value)
@@ -163,11 +166,12 @@ class Algorithm(torch.optim.Optimizer):
             if len(values) != n:
                 what = "learning rates" if key == "lr" else f"values of {key}"
                 raise ValueError(f"{type(self).__name__} got {len(values)} {what} for {n} players")
+        scheduled = {**self._defaults, **{name: getattr(self.rule, name) for name in self.rule.schedulable}}
         groups = [
-            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name, **self._defaults}
+            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name, **scheduled}
             for p, lr in zip(game.players, lrs)
         ]
-        torch.optim.Optimizer.__init__(self, groups, {"lr": lrs[0]})
+        torch.optim.Optimizer.__init__(self, groups, {"lr": lrs[0], **scheduled})
         self.game = game
         self.algo_state = self.init_state(game)
 
@@ -180,6 +184,20 @@ class Algorithm(torch.optim.Optimizer):
     def lrs(self) -> list[float]:
         """The current learning rate of each player."""
         return [float(g["lr"]) for g in self.param_groups]
+
+    def sync_rule(self) -> None:
+        """Give the update rule the param groups' values of its schedulable settings
+        (Adam's ``betas``, ``momentum``, RMSProp's ``decay``: a scheduler may have
+        changed them). They are checked, and must agree across players. The game
+        calls this before each step."""
+        rule = self.rule
+        for name in rule.schedulable:
+            values = [rule.check(name, g[name], f"param_groups[{k}].{name}") for k, g in enumerate(self.param_groups)]
+            setattr(rule, name, _shared(type(rule).__name__, name, values))
+
+    def _rules(self) -> list[UpdateRule]:
+        """The update rules whose settings live in the param groups."""
+        return [self.rule]
 
     # ------------------------------------------------------------ interface
     def init_state(self, game: Game) -> State:
@@ -250,6 +268,10 @@ class Algorithm(torch.optim.Optimizer):
             for name, hyper in self.hypers().items():  # absent in older checkpoints: kept as they are
                 if name in group:
                     hyper.check(group[name], f"{path}.param_groups[{k}].{name}")
+            for rule in self._rules():
+                for name in rule.schedulable:
+                    if name in group:
+                        rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
         _check_like(self.algo_state, state_dict.get("state"), f"{path}.state")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
@@ -291,6 +313,12 @@ class Wrapper(Algorithm):
 
     def refresh_params(self, game: Game) -> None:
         self.base.refresh_params(game)
+
+    def sync_rule(self) -> None:
+        self.base.sync_rule()
+
+    def _rules(self) -> list[UpdateRule]:
+        return self.base._rules()
 
 
 def tensors_in(obj: Any) -> list[Tensor]:
