@@ -17,8 +17,9 @@ from .algorithms.base import Algorithm, _check_like, _clone, check_number, tenso
 from .buffer import links_intact
 from .distributed import DataParallel
 from .evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
-from .layout import JointLayout, Vec, VecPool, all_finite
+from .layout import JointLayout, VecPool, all_finite
 from .player import Player
+from .vec import Vec
 
 log = logging.getLogger(__name__)
 
@@ -543,6 +544,11 @@ class Game:
             self.algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = self.algorithm.update(oracle, old)
             _check_not_borrowed(new_state, oracle.borrowed, type(self.algorithm).__name__)
+            if debug.enabled() and (untyped := _untyped_vectors(new_state, self.layout)):
+                raise TypeError(
+                    f"{type(self.algorithm).__name__}: joint vectors in the state must be gameopt.Vec (so that a "
+                    f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
+                )
             if not all_finite(_unchecked(delta, new_state, old)):
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
             with torch.no_grad():
@@ -704,11 +710,30 @@ def _unchecked(delta: Vec, new_state: Any, old_state: Any) -> list[Tensor]:
 
 
 def _is_vec(obj: Any, layout: JointLayout) -> bool:
-    return (
-        isinstance(obj, list)
-        and len(obj) == len(layout.data)
-        and all(isinstance(t, Tensor) and t.shape == d.shape for t, d in zip(obj, layout.data))
-    )
+    """A joint vector of ``layout`` in a state: typed, never guessed from shapes."""
+    if not isinstance(obj, Vec):
+        return False
+    if [t.shape for t in obj] != [d.shape for d in layout.data]:
+        raise RuntimeError("the algorithm state holds a gameopt.Vec that is not a joint vector of the game")
+    return True
+
+
+def _untyped_vectors(obj: Any, layout: JointLayout, path: str = "state") -> list[str]:
+    """Where a state holds a joint vector as a plain list (not a :class:`Vec`): a
+    re-fuse could not carry it by parameter. Shapes are a guess: debug mode only."""
+    if isinstance(obj, Vec):
+        return []
+    if isinstance(obj, dict):
+        return [w for k, v in obj.items() for w in _untyped_vectors(v, layout, f"{path}[{k!r}]")]
+    if isinstance(obj, (list, tuple)):
+        if (
+            isinstance(obj, list)
+            and len(obj) == len(layout.data)
+            and all(isinstance(t, Tensor) and t.shape == d.shape for t, d in zip(obj, layout.data))
+        ):
+            return [path]
+        return [w for k, v in enumerate(obj) for w in _untyped_vectors(v, layout, f"{path}[{k}]")]
+    return []
 
 
 def _map_vectors(obj: Any, layout: JointLayout, fn: Callable[[Vec], Any]) -> Any:

@@ -28,12 +28,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .vec import Vec
+
 State = dict[str, Any]
 Empty = Callable[[], list[Tensor]]
 
 
 def _empty_like(d: list[Tensor]) -> Empty:
-    return lambda: [torch.empty_like(t) for t in d]
+    return lambda: Vec(torch.empty_like(t) for t in d)
 
 
 class UpdateRule:
@@ -112,7 +114,7 @@ class Momentum(UpdateRule):
         return _check_number()(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
-        return {"buf": [torch.zeros_like(t) for t in like]}
+        return {"buf": Vec(torch.zeros_like(t) for t in like)}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
@@ -153,7 +155,7 @@ class Adam(UpdateRule):
         return tuple(check(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
 
     def init(self, like: list[Tensor]) -> State:
-        return {"m": [torch.zeros_like(t) for t in like], "v": [torch.zeros_like(t) for t in like], "t": 0}
+        return {"m": Vec(torch.zeros_like(t) for t in like), "v": Vec(torch.zeros_like(t) for t in like), "t": 0}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
@@ -208,7 +210,7 @@ class RMSProp(UpdateRule):
 
     def init(self, like: list[Tensor]) -> State:
         start = torch.zeros_like if self.convention == "torch" else torch.ones_like
-        return {"v": [start(t) for t in like]}
+        return {"v": Vec(start(t) for t in like)}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False

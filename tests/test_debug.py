@@ -115,3 +115,23 @@ def test_debug_mode_is_off_by_default_and_on_with_the_environment_variable() -> 
     )
     assert (off.stdout.strip(), on.stdout.strip()) == ("False", "True")
     assert gameopt.debug.enabled()  # the tests run with it on (conftest.py)
+
+
+def test_joint_vectors_in_a_state_must_be_typed_in_debug_mode() -> None:
+    """A plain list would be carried through a re-fuse only by guessing from shapes."""
+
+    class Untyped(gameopt.Algorithm):
+        def init_state(self, game):
+            return {"prev": [torch.zeros_like(t) for t in game.layout.data]}
+
+        def update(self, oracle, state):
+            xi = oracle.xi()
+            return oracle.scaled(xi, [-lr for lr in self.lrs]), {"prev": [t.clone() for t in xi]}
+
+    with gameopt.debug.enabled_in(True):
+        tg = GAMES["quadratic"]()
+        game = tg.build(Untyped(0.1))
+        before = _snapshot(tg)
+        with pytest.raises(TypeError, match=r"must be gameopt\.Vec.*state\['prev'\]"):
+            game.step()
+        assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))

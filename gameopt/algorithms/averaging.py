@@ -52,7 +52,7 @@ class Averaging(Wrapper):
         super().__init__(base, kind=kind, decay=decay, start=check_number("start", start, low=0, integer=True))
 
     def init_state(self, game: Game) -> State:
-        return {"base": self.base.init_state(game), "avg": [t.clone() for t in game.layout.data], "count": 0}
+        return {"base": self.base.init_state(game), "avg": game.layout.data.clone(), "count": 0}
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         delta, base_state = self.base.update(oracle, state["base"])

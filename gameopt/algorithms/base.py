@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..updates import Plain, UpdateRule, apply
+from ..vec import Vec
 
 if TYPE_CHECKING:
     from ..game import Game, Oracle
@@ -280,7 +281,7 @@ class Algorithm(torch.optim.Optimizer):
         self.check_state_dict(state_dict)
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
-        self.algo_state = _clone(state_dict["state"])
+        self.algo_state = _retyped(self.algo_state, _clone(state_dict["state"]))
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
@@ -343,6 +344,18 @@ def _clone(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return tuple(_clone(v) for v in obj)
     return obj
+
+
+def _retyped(mine: Any, theirs: Any) -> Any:
+    """``theirs`` (a loaded state, plain containers) with the joint vectors of ``mine``
+    (the same structure, checked) made :class:`~gameopt.vec.Vec` again."""
+    if isinstance(mine, Vec):
+        return Vec(theirs)
+    if isinstance(mine, dict):
+        return {k: _retyped(mine[k], v) for k, v in theirs.items()}
+    if isinstance(mine, (list, tuple)):
+        return type(theirs)(_retyped(a, b) for a, b in zip(mine, theirs))
+    return theirs
 
 
 def _check_like(mine: Any, theirs: Any, path: str) -> None:

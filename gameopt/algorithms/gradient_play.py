@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
+from ..vec import Vec
 from .base import Algorithm, State
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _map(state: State, views) -> State:  # type: ignore[no-untyped-def]
 
 
 def _clone_vecs(state: State) -> State:
-    return {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in state.items()}
+    return {k: Vec(v).clone() if isinstance(v, list) else v for k, v in state.items()}
 
 
 def _merge(full: State, part: State, views) -> State:  # type: ignore[no-untyped-def]

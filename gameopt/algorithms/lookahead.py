@@ -36,7 +36,7 @@ class Lookahead(Wrapper):
         super().__init__(base, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
 
     def init_state(self, game: Game) -> State:
-        return {"base": self.base.init_state(game), "slow": [t.clone() for t in game.layout.data], "count": 0}
+        return {"base": self.base.init_state(game), "slow": game.layout.data.clone(), "count": 0}
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         delta, base_state = self.base.update(oracle, state["base"])
@@ -45,7 +45,7 @@ class Lookahead(Wrapper):
         if count % self.hyper["k"] == 0:
             diff = oracle.moved(delta)  # the fast weights, then (in place) fast − slow
             torch._foreach_sub_(diff, slow)
-            slow = list(torch._foreach_add(slow, diff, alpha=self.hyper["alpha"]))
+            slow = slow.add(diff, alpha=self.alpha)
             # an average of feasible points is feasible in a convex set; project where not
             oracle.project_nonconvex_(slow)
             delta = oracle.delta_to(slow)
