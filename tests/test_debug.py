@@ -55,15 +55,20 @@ def _snapshot(tg):
     return [w.clone() for w in tg.params()]
 
 
+def _refused(algorithm, error, match) -> None:
+    """A step of ``algorithm`` raises ``error`` and changes no parameter."""
+    tg = GAMES["quadratic"]()
+    game = tg.build(algorithm)
+    before = _snapshot(tg)
+    with pytest.raises(error, match=match):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+
+
 def test_a_state_holding_the_borrowed_xi_is_refused_and_nothing_changes() -> None:
     for on in (False, True):
         with gameopt.debug.enabled_in(on):
-            tg = GAMES["quadratic"]()
-            game = tg.build(KeepsXi(0.1))
-            before = _snapshot(tg)
-            with pytest.raises(RuntimeError, match=r"holds the result of oracle\.xi\(\), which is borrowed"):
-                game.step()
-            assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+            _refused(KeepsXi(0.1), RuntimeError, r"holds the result of oracle\.xi\(\), which is borrowed")
 
 
 def test_a_stale_xi_is_nan_in_debug_mode_and_silently_wrong_without() -> None:
@@ -71,12 +76,7 @@ def test_a_stale_xi_is_nan_in_debug_mode_and_silently_wrong_without() -> None:
         tg = GAMES["quadratic"]()
         tg.build(StaleXi(0.1)).step()  # takes the step along the second ξ: wrong, and nothing says so
     with gameopt.debug.enabled_in(True):
-        tg = GAMES["quadratic"]()
-        game = tg.build(StaleXi(0.1))
-        before = _snapshot(tg)
-        with pytest.raises(gameopt.NonFiniteError):
-            game.step()
-        assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+        _refused(StaleXi(0.1), gameopt.NonFiniteError, None)
 
 
 def test_a_hidden_pool_vector_is_nan_after_the_step_in_debug_mode() -> None:
@@ -129,9 +129,4 @@ def test_joint_vectors_in_a_state_must_be_typed_in_debug_mode() -> None:
             return oracle.scaled(xi, [-lr for lr in self.lrs]), {"prev": [t.clone() for t in xi]}
 
     with gameopt.debug.enabled_in(True):
-        tg = GAMES["quadratic"]()
-        game = tg.build(Untyped(0.1))
-        before = _snapshot(tg)
-        with pytest.raises(TypeError, match=r"must be gameopt\.Vec.*state\['prev'\]"):
-            game.step()
-        assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+        _refused(Untyped(0.1), TypeError, r"must be gameopt\.Vec.*state\['prev'\]")
