@@ -337,11 +337,11 @@ class Linearization:
 
     # -------------------------------------------------------------- products
     # Every public product is averaged across ranks in a data-parallel game (one
-    # collective each); the underscored ones are this rank's alone.
-    def _vjp(self, u: Vec) -> Vec:
+    # collective each); the _local_ ones are this rank's alone.
+    def _local_vjp(self, u: Vec) -> Vec:
         return self._to_vec(self._reverse(self._all(), u, self._all()))
 
-    def _diag(self, v: Vec) -> Vec:
+    def _local_diag(self, v: Vec) -> Vec:
         parts: dict[int, Tensor | None] = {}
         for ks in self.entries_of:
             parts.update(self._reverse(ks, v, ks))
@@ -349,11 +349,11 @@ class Linearization:
 
     def vjp(self, u: Vec) -> Vec:
         """Jᵀ u."""
-        return self._mean(self._vjp(u))
+        return self._mean(self._local_vjp(u))
 
     def diag(self, v: Vec) -> Vec:
         """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
-        return self._mean(self._diag(v))
+        return self._mean(self._local_diag(v))
 
     def offdiag_vjp(self, u: Vec) -> Vec:
         """H_oᵀ u: one reverse pass per player, toward the other players' parameters."""
@@ -454,9 +454,9 @@ class Linearization:
 
     def jvp(self, v: Vec) -> Vec:
         """J v: forward-over-reverse where possible, else the double-vjp trick."""
-        return self._mean(self._jvp(v))
+        return self._mean(self._local_jvp(v))
 
-    def _jvp(self, v: Vec) -> Vec:
+    def _local_jvp(self, v: Vec) -> Vec:
         if self.functional and self.problem.forward_mode.ok:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
@@ -678,13 +678,13 @@ class ZeroSumLinearization:
             self._sign_(ui)
         return self._mean(self._only(self._hvps([ui])[0], j))
 
-    def _diag(self, v: Vec) -> Vec:
+    def _local_diag(self, v: Vec) -> Vec:
         parts = self._hvps([self._only(v, 0), self._only(v, 1)])
         return self._sign_(self._only(parts[0], 0) + self._only(parts[1], 1))
 
     def diag(self, v: Vec) -> Vec:
         """D v = (s_i H_ii v_i)_i: two Hessian-vector products."""
-        return self._mean(self._diag(v))
+        return self._mean(self._local_diag(v))
 
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v = (s_i H_ij v_j)_i: two Hessian-vector products."""

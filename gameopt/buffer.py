@@ -395,9 +395,9 @@ class FlatBuffer:
     def _refresh(self) -> None:
         """Let the owning player re-fuse a changed module; without one, refuse a stale buffer."""
         if self._owner is not None:
-            self._owner.check()
+            self._owner.refresh()
             return
-        why = self.stale()
+        why = self.why_stale()
         if why is not None:
             raise RuntimeError(f"gameopt: {why}, and this FlatBuffer has no player to re-fuse it")
 
@@ -410,7 +410,7 @@ class FlatBuffer:
             grad.copy_(self.grad)
         self._install(data, grad)
 
-    def stale(self) -> str | None:
+    def why_stale(self) -> str | None:
         """Why the parameters no longer live in this buffer, or ``None``."""
         # fast path, iterated in C: same storage pointers and shapes as when fused
         if links_intact(self.params, self._ptrs, self._shapes):

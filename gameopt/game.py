@@ -365,7 +365,7 @@ class Game:
         and rebuild the layout keeping parameter values and algorithm state."""
         if self._unchanged():
             return
-        changed = [p.check() for p in self.players]
+        changed = [p.refresh() for p in self.players]
         moved = any(
             e.buffer not in self.players[e.player].buffers
             or e.buffer.data.data_ptr() != self.layout.entry_view(self.layout.data, e).data_ptr()

@@ -227,7 +227,7 @@ class Player:
             and list(map(_requires_grad, self._flagged)) == self._flags
         )
 
-    def stale(self) -> str | None:
+    def why_stale(self) -> str | None:
         """Why the module no longer uses this player's buffers, or ``None``: a
         parameter replaced, converted, added, removed, frozen or unfrozen, or a
         submodule added, removed or replaced since fusing."""
@@ -268,12 +268,12 @@ class Player:
 
     def _buffers_stale(self) -> str | None:
         for buf in self.buffers:
-            why = buf.stale()
+            why = buf.why_stale()
             if why:
                 return why
         return None
 
-    def check(self) -> bool:
+    def refresh(self) -> bool:
         """Re-fuse if the module changed since fusing; return True if it did.
 
         A parameter added (or unfrozen) since joins the buffers with its current
@@ -283,7 +283,7 @@ class Player:
         group's parameters stay in one group. Raises a ``RuntimeError`` saying what
         happened if re-fusing is impossible.
         """
-        why = self.stale()
+        why = self.why_stale()
         if why is None:
             return False
         try:
@@ -294,7 +294,7 @@ class Player:
 
     # ---------------------------------------------------------------- access
     def _single(self, what: str) -> FlatBuffer:
-        self.check()
+        self.refresh()
         if len(self.buffers) != 1:
             groups = ", ".join(f"{b.device}/{b.dtype} ({b.num_elements} elements)" for b in self.buffers)
             raise ValueError(

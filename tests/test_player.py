@@ -138,7 +138,7 @@ def test_odd_shapes_scalar_and_empty_parameters() -> None:
     (ref.s * ref.v.sum() + ref.e.sum()).backward()
     assert torch.equal(player.grad, _flat_grad(ref))
     assert m.s.grad.shape == () and m.e.grad.shape == (0, 3)
-    assert player.stale() is None
+    assert player.why_stale() is None
 
 
 def test_tied_weights_are_stored_once() -> None:
@@ -260,7 +260,7 @@ def test_cpu_and_meta_parameters_make_two_buffers() -> None:
     assert _inside(m.a, cpu.data) and _inside(m.c, cpu.data)
     with pytest.raises(ValueError, match="meta"):
         _ = player.params
-    assert player.stale() is None and not player.check()
+    assert player.why_stale() is None and not player.refresh()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -288,8 +288,8 @@ def test_module_moved_to_cuda_after_fusing_is_refused() -> None:
     player = Player(m)
     values = player.params.clone()
     m.cuda()
-    assert "cuda" in player.stale()
-    assert player.check()
+    assert "cuda" in player.why_stale()
+    assert player.refresh()
     assert player.params.is_cuda and torch.equal(player.params.cpu(), values)
     _assert_fused(player)
 
@@ -378,11 +378,11 @@ def test_dtype_conversion_is_noticed_and_refused(convert, dtype: torch.dtype) ->
     values, grads = player.params.clone(), player.grad.clone()
     generation = player.generation
     convert(m)
-    why = player.stale()
+    why = player.why_stale()
     assert why is not None and str(dtype) in why
-    assert player.check() is True
+    assert player.refresh() is True
     assert player.generation == generation + 1
-    assert player.stale() is None and player.check() is False
+    assert player.why_stale() is None and player.refresh() is False
     assert player.buffers[0] is not old_buffer and player.buffers[0].dtype == dtype
     assert player.params.dtype == dtype
     assert torch.equal(player.params, values.to(dtype))
@@ -411,8 +411,8 @@ def test_replacing_data_is_noticed_and_refused() -> None:
     player = Player(m)
     new_weight = torch.arange(10, dtype=F64).reshape(10, 1)
     m[0].weight.data = new_weight.clone()
-    assert "replaced" in player.stale()
-    assert player.check()
+    assert "replaced" in player.why_stale()
+    assert player.refresh()
     assert torch.equal(player.params[:10], new_weight.reshape(-1))
     assert not _inside(m[0].weight, new_weight)
     _assert_fused(player)
@@ -424,8 +424,8 @@ def test_load_state_dict_with_assign_is_noticed_and_refused() -> None:
     sd = other.state_dict()
     player = Player(m)
     m.load_state_dict(sd, assign=True)
-    assert "replaced" in player.stale()
-    assert player.check()
+    assert "replaced" in player.why_stale()
+    assert player.refresh()
     assert torch.equal(player.params, _flat(other.parameters()))
     assert all(a is b for a, b in zip(player.parameters, m.parameters()))  # the new objects
     _assert_fused(player)
@@ -446,7 +446,7 @@ def test_plain_load_state_dict_copies_in_place_and_keeps_the_link() -> None:
     flat = player.params
     m.load_state_dict(other.state_dict())
     assert [p.data_ptr() for p in m.parameters()] == ptrs
-    assert player.stale() is None and player.check() is False
+    assert player.why_stale() is None and player.refresh() is False
     assert player.params is flat or player.params.data_ptr() == flat.data_ptr()
     assert torch.equal(player.params, _flat(other.parameters()))
 
@@ -459,9 +459,9 @@ def test_refusing_while_a_graph_is_alive_fails_cleanly_then_recovers() -> None:
     out = m(x).sum()
     m[0].weight.data = m[0].weight.data.clone()
     with pytest.raises(RuntimeError, match="re-fusing failed.*autograd graph"):
-        player.check()
+        player.refresh()
     del out
-    assert player.check()
+    assert player.refresh()
     assert torch.equal(player.params, _flat(ref.parameters()))
     m(x).sum().backward()
     ref(x).sum().backward()
@@ -791,7 +791,7 @@ def test_state_dict_save_load_round_trip_keeps_the_link(tmp_path) -> None:
     assert all(t.shape == p.shape for t, p in zip(sd.values(), m.parameters()))
     m.load_state_dict(sd)
     assert [p.data_ptr() for p in m.parameters()] == ptrs
-    assert player.stale() is None
+    assert player.why_stale() is None
     assert torch.equal(player.params, values)
     fresh = _mlp(F64, seed=3)
     fresh.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
@@ -923,7 +923,7 @@ def test_player_from_an_iterable_of_parameters() -> None:
     # conversions are noticed for bare parameters too
     w.data = w.data.float()
     b.data = b.data.float()
-    assert player.check()
+    assert player.refresh()
     assert player.params.dtype == torch.float32 and player.parameters == [w, b]
     _assert_fused(player)
 
@@ -1141,7 +1141,7 @@ def test_flat_parameter_that_cannot_follow_raises() -> None:
     flat = player.params
     opt = torch.optim.SGD([flat], lr=0.1)
     m[2].float()  # the group splits in two: no single tensor can follow
-    assert player.check()
+    assert player.refresh()
     with pytest.raises(RuntimeError, match="no longer holds the module's parameters"):
         opt.step()
     with pytest.raises(RuntimeError, match="no longer holds"):
@@ -1204,17 +1204,17 @@ def test_parameter_added_after_fusing_joins_the_buffers() -> None:
     assert player._registry_intact()
     m.register_parameter("extra", nn.Parameter(torch.tensor([1.0, 2.0], dtype=F64)))
     assert not player._registry_intact()
-    assert "'extra' was added to Sequential" in player.stale()
-    assert player.check() and player.stale() is None
+    assert "'extra' was added to Sequential" in player.why_stale()
+    assert player.refresh() and player.why_stale() is None
     # module.parameters() order: the Sequential's own parameter first
     assert player.numel == 33 and all(p is q for p, q in zip(player.parameters, [m.extra, *params]))
     assert all(p is q for p, q in zip(player.parameters, m.parameters()))
     assert torch.equal(player.params, torch.cat([torch.tensor([1.0, 2.0], dtype=F64), values]))
     # setattr of a new Parameter, and a new submodule with parameters
     m[0].scale = nn.Parameter(torch.full((3,), 0.5, dtype=F64))
-    assert "'scale' was added to Linear" in player.stale()
+    assert "'scale' was added to Linear" in player.why_stale()
     m.add_module("head", nn.Linear(1, 2).double())
-    assert player.check() and player.numel == 33 + 3 + 4
+    assert player.refresh() and player.numel == 33 + 3 + 4
     assert all(any(p is q for q in player.parameters) for p in m.parameters())
     x = torch.randn(3, 1, dtype=F64)
     (m(x).sum() + m.extra.sum() + m[0].scale.sum() + m.head(x).sum()).backward()
@@ -1226,8 +1226,8 @@ def test_parameter_set_where_none_was_joins_the_buffers() -> None:
     m = nn.Linear(2, 2, bias=False).double()
     player = Player(m)
     m.bias = nn.Parameter(torch.ones(2, dtype=F64))
-    assert "'bias' of Linear was replaced" in player.stale()
-    assert player.check() and player.numel == 6
+    assert "'bias' of Linear was replaced" in player.why_stale()
+    assert player.refresh() and player.numel == 6
     _assert_fused(player)
 
 
@@ -1242,8 +1242,8 @@ def test_frozen_parameter_leaves_the_buffers_with_its_value() -> None:
     frozen = m[0].bias
     value, grad = frozen.detach().clone(), frozen.grad.clone()
     frozen.requires_grad_(False)
-    assert "'bias' of Linear was frozen" in player.stale()
-    assert player.check() and player.numel == 21
+    assert "'bias' of Linear was frozen" in player.why_stale()
+    assert player.refresh() and player.numel == 21
     assert all(p is not frozen for p in player.parameters)
     assert player.params is flat and flat.shape == (21,)
     # it keeps its value and gradient, in memory of its own
@@ -1265,8 +1265,8 @@ def test_frozen_parameter_leaves_the_buffers_with_its_value() -> None:
     _assert_fused(player)
     # unfreezing brings it back
     frozen.requires_grad_(True)
-    assert "unfrozen" in player.stale()
-    assert player.check() and player.numel == 31 and _inside(frozen, player.params)
+    assert "unfrozen" in player.why_stale()
+    assert player.refresh() and player.numel == 31 and _inside(frozen, player.params)
     _assert_fused(player)
 
 
@@ -1302,8 +1302,8 @@ def test_removed_parameter_leaves_the_buffers(how: str) -> None:
         m[2]._parameters.pop("bias")
     else:
         m[2].bias = None
-    assert player.stale() is not None
-    assert player.check() and player.numel == 30
+    assert player.why_stale() is not None
+    assert player.refresh() and player.numel == 30
     assert all(p is not gone for p in player.parameters)
     assert torch.equal(gone, value) and not _inside(gone, player.params)
     _assert_fused(player)
@@ -1314,8 +1314,8 @@ def test_replaced_submodule_is_noticed() -> None:
     player = Player(m)
     old = m[0]
     m[0] = nn.Linear(1, 10).double()
-    assert "submodule '0' of Sequential was replaced" in player.stale()
-    assert player.check()
+    assert "submodule '0' of Sequential was replaced" in player.why_stale()
+    assert player.refresh()
     assert player.parameters[0] is m[0].weight and all(p is not old.weight for p in player.parameters)
     _assert_fused(player)
 
@@ -1325,8 +1325,8 @@ def test_iterable_player_notices_freezing() -> None:
     b = nn.Parameter(torch.zeros(2, dtype=F64))
     player = Player([w, b])
     b.requires_grad_(False)
-    assert "frozen" in player.stale()
-    assert player.check() and player.parameters == [w]
+    assert "frozen" in player.why_stale()
+    assert player.refresh() and player.parameters == [w]
 
 
 def test_nothing_left_trainable_after_freezing_is_a_value_error() -> None:
@@ -1334,7 +1334,7 @@ def test_nothing_left_trainable_after_freezing_is_a_value_error() -> None:
     player = Player(m)
     m.requires_grad_(False)
     with pytest.raises(ValueError, match="no trainable parameters"):
-        player.check()
+        player.refresh()
 
 
 def test_game_trains_without_a_parameter_frozen_after_fusing() -> None:
@@ -1345,7 +1345,7 @@ def test_game_trains_without_a_parameter_frozen_after_fusing() -> None:
     game.step()
     m[0].bias.requires_grad_(False)
     frozen = m[0].bias.detach().clone()
-    game.players[0].check()  # until Game._unchanged runs Player._registry_intact (game.py), re-fuse by hand
+    game.players[0].refresh()  # until Game._unchanged runs Player._registry_intact (game.py), re-fuse by hand
     for _ in range(2):
         game.step()
     assert torch.equal(m[0].bias, frozen)

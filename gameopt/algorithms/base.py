@@ -10,14 +10,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..updates import Plain, UpdateRule, apply
+from ..updates import Plain, State, UpdateRule, apply
 from ..vec import Vec
 
 if TYPE_CHECKING:
     from ..game import Game, Oracle
     from ..layout import Vec
-
-State = dict[str, Any]
 
 
 def check_number(

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..layout import Vec
 
 
-def _lookahead(lin: Linearization, alpha: float) -> Vec:
+def _anticipated(lin: Linearization, alpha: float) -> Vec:
     """ξ₀ = (I − α H_o) ξ."""
     return lin.xi.add(lin.offdiag_jvp(lin.xi), alpha=-alpha)
 
@@ -46,7 +46,7 @@ class LA(Algorithm):
 
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
-        delta, rule_state = self.descend(oracle, _lookahead(lin, self.alpha), state["rule"], scratch=True)
+        delta, rule_state = self.descend(oracle, _anticipated(lin, self.alpha), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -132,7 +132,7 @@ class SOS(Algorithm):
     def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha, a, b = self.alpha, self.a, self.b
-        xi0 = _lookahead(lin, alpha)
+        xi0 = _anticipated(lin, alpha)
         chi = lin.chi()
         inner = -alpha * chi.dot(xi0)
         one = torch.ones_like(inner)
