@@ -327,7 +327,7 @@ def _peer_step(name: str, params: list[Tensor], backward: Callable[[], None]) ->
 def count_kept_vectors(game: gameopt.Game) -> int:
     """Parameter-sized vectors the game holds between steps beyond parameters and
     gradients: its pool, the evaluation backup, and state vectors from elsewhere."""
-    from gameopt.algorithms.base import tensors_in
+    from gameopt.state import tensors_in
 
     n = game.layout.data[0].numel()
     storages = {v[0].untyped_storage().data_ptr() for v in game._pool._owned}

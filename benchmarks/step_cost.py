@@ -397,9 +397,9 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     changed is reported as unavailable.
     """
     from gameopt import autodiff
-    from gameopt.algorithms.base import tensors_in
     from gameopt.game import Oracle
     from gameopt.layout import all_finite
+    from gameopt.state import tensors_in
 
     pair = Pair(kind)
     xi = plain_xi(pair)

@@ -17,15 +17,15 @@ if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
 
     from .autodiff import Linearization
-    from .game import Game
     from .layout import Vec
+    from .protocols import Linearizable
 
 
 def _to_numpy(vec: Vec) -> np.ndarray:
     return np.concatenate([t.detach().double().cpu().numpy() for t in vec])
 
 
-def _from_numpy(game: Game, x: np.ndarray) -> Vec:
+def _from_numpy(game: Linearizable, x: np.ndarray) -> Vec:
     out, pos = [], 0
     for t in game.layout.data:
         n = t.numel()
@@ -34,7 +34,7 @@ def _from_numpy(game: Game, x: np.ndarray) -> Vec:
     return out
 
 
-def jacobian_operator(game: Game, *args: Any, **kwargs: Any) -> LinearOperator:
+def jacobian_operator(game: Linearizable, *args: Any, **kwargs: Any) -> LinearOperator:
     """J = ∂ξ/∂w at the current point as a ``scipy.sparse.linalg.LinearOperator``
     over the joint vector (float64): ``matvec`` is Jv, ``rmatvec`` Jᵀv. The graph
     is built once; each product costs one reverse pass after the first."""
@@ -42,7 +42,7 @@ def jacobian_operator(game: Game, *args: Any, **kwargs: Any) -> LinearOperator:
     return _operator(game, lin)
 
 
-def _operator(game: Game, lin: Linearization) -> LinearOperator:
+def _operator(game: Linearizable, lin: Linearization) -> LinearOperator:
     from scipy.sparse.linalg import LinearOperator
 
     n = sum(t.numel() for t in game.layout.data)
@@ -56,7 +56,7 @@ def _operator(game: Game, lin: Linearization) -> LinearOperator:
     return LinearOperator((n, n), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
 
 
-def eigenvalues(game: Game, *args: Any, k: int = 6, dense_below: int = 400, **kwargs: Any) -> np.ndarray:
+def eigenvalues(game: Linearizable, *args: Any, k: int = 6, dense_below: int = 400, **kwargs: Any) -> np.ndarray:
     """The ``k`` eigenvalues of J of largest modulus (all of them when the game has
     fewer than ``dense_below`` parameters: J is then formed column by column).
     Real parts measure the potential (attracting when positive), imaginary parts
@@ -85,7 +85,7 @@ class Decomposition:
     antisym_norm: float  # ‖Aξ‖
 
 
-def decompose(game: Game, *args: Any, **kwargs: Any) -> Decomposition:
+def decompose(game: Linearizable, *args: Any, **kwargs: Any) -> Decomposition:
     """‖ξ‖, the Hamiltonian ½‖ξ‖², and the symmetric (potential) and antisymmetric
     (rotational) parts of J along ξ."""
     lin = game.linearize(*args, **kwargs)

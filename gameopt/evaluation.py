@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .checks import check_number
+
 
 class LossError(ValueError):
     """The losses callable returned something that is not one scalar loss per player."""
@@ -147,8 +149,6 @@ class DynamicLossScale:
     def __init__(
         self, init_scale: float = 2.0**16, growth: float = 2.0, backoff: float = 0.5, growth_interval: int = 2000
     ) -> None:
-        from .algorithms.base import check_number
-
         self.scale = check_number("init_scale", init_scale, low=0.0, low_open=True)
         self.growth = check_number("growth", growth, low=1.0, low_open=True)
         self.backoff = check_number("backoff", backoff, low=0.0, high=1.0, low_open=True, high_open=True)

@@ -13,12 +13,13 @@ import torch
 from torch import Tensor, nn
 
 from . import autodiff, debug
-from .algorithms.base import Algorithm, _check_like, _clone, check_number, tensors_in
+from .algorithms.base import Algorithm, check_number
 from .buffer import links_intact
 from .distributed import DataParallel
 from .evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
 from .layout import JointLayout, VecPool, all_finite
 from .player import Player
+from .state import check_like, clone_state, tensors_in
 from .vec import Vec
 
 log = logging.getLogger(__name__)
@@ -589,7 +590,7 @@ class Game:
         state and learning rates. Loads with ``torch.load(weights_only=True)``."""
         self._sync()
         return {
-            "players": _clone(self._players_state()),
+            "players": clone_state(self._players_state()),
             "algorithm": self.algorithm.state_dict(),
             "skipped_steps": self.skipped_steps,
             "loss_scale": None if self.loss_scale is None else self.loss_scale.state_dict(),
@@ -619,13 +620,13 @@ class Game:
                 raise ValueError(f"players[{k}]: expected a dict, got {type(saved).__name__}")
             if saved.get("name") != p.name:
                 raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
-            _check_like(mine, saved, f"players[{k}]")
+            check_like(mine, saved, f"players[{k}]")
         self.algorithm.check_state_dict(state_dict["algorithm"])
         check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
         mine_scale = None if self.loss_scale is None else self.loss_scale.state_dict()
         if (mine_scale is None) != (state_dict["loss_scale"] is None):
             raise ValueError("loss_scale: the checkpoint and the game differ in using a DynamicLossScale")
-        _check_like(mine_scale, state_dict["loss_scale"], "loss_scale")
+        check_like(mine_scale, state_dict["loss_scale"], "loss_scale")
         if mine_scale is not None:
             check_number("loss_scale.scale", state_dict["loss_scale"]["scale"], low=0.0, low_open=True)
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .checks import check_number
 from .vec import Vec
 
 State = dict[str, Any]
@@ -86,12 +87,6 @@ def _takes_flags(cls: type) -> bool:
     return "scratch" in params and "own_state" in params
 
 
-def _check_number() -> Callable[..., Any]:
-    from .algorithms.base import check_number  # not at the top: algorithms import this module
-
-    return check_number
-
-
 class Plain(UpdateRule):
     """out = d."""
 
@@ -111,7 +106,7 @@ class Momentum(UpdateRule):
         self.nesterov = bool(nesterov)
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
-        return _check_number()(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
+        return check_number(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
         return {"buf": Vec(torch.zeros_like(t) for t in like)}
@@ -145,14 +140,13 @@ class Adam(UpdateRule):
 
     def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.betas = self.check("betas", betas)
-        self.eps = _check_number()("eps", eps, low=0.0)
+        self.eps = check_number("eps", eps, low=0.0)
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         path = path or name
         if not isinstance(value, (tuple, list)) or len(value) != 2:
             raise ValueError(f"{path} must be two numbers in [0, 1), got {value!r}")
-        check = _check_number()
-        return tuple(check(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
+        return tuple(check_number(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
 
     def init(self, like: list[Tensor]) -> State:
         return {"m": Vec(torch.zeros_like(t) for t in like), "v": Vec(torch.zeros_like(t) for t in like), "t": 0}
@@ -202,11 +196,11 @@ class RMSProp(UpdateRule):
             raise ValueError(f"convention must be one of {sorted(self.DEFAULTS)}, got {convention!r}")
         default_decay, default_eps = self.DEFAULTS[convention]
         self.decay = self.check("decay", default_decay if decay is None else decay)
-        self.eps = _check_number()("eps", default_eps if eps is None else eps, low=0.0)
+        self.eps = check_number("eps", default_eps if eps is None else eps, low=0.0)
         self.convention = convention
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
-        return _check_number()(path or name, value, low=0.0, high=1.0, high_open=True)
+        return check_number(path or name, value, low=0.0, high=1.0, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
         start = torch.zeros_like if self.convention == "torch" else torch.ones_like

@@ -9,7 +9,7 @@ import torch
 from games import GAMES
 
 import gameopt
-from gameopt.algorithms.base import tensors_in
+from gameopt.state import tensors_in
 
 # method -> (algorithm, joint vectors it keeps between steps beyond parameters and gradients)
 KEPT = {

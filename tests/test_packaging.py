@@ -84,3 +84,41 @@ def test_readme_first_snippet_runs_from_any_folder(tmp_path) -> None:
     code = fake_batches + snippet + "\nprint('losses', float(g_loss), float(d_loss))\n"
     out = _check(_run(code, tmp_path))
     assert out.startswith("losses ")
+
+
+def _relative_imports(path: Path, module: str) -> set[str]:
+    """The gameopt modules that ``path`` imports, at the top, inside functions or
+    under ``TYPE_CHECKING`` alike."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    deps = set()
+    for dots, name, names in re.findall(r"^\s*from (\.+)([\w.]*) import ([^\n]+)", path.read_text(), re.M):
+        up = package[: len(package) - (len(dots) - 1)]
+        targets = [name] if name else re.findall(r"\w+", names)
+        deps.update(".".join([*up, t]) for t in targets)
+    return deps - {module, "gameopt"}
+
+
+def test_gameopt_has_no_import_cycle() -> None:
+    """Not even through imports for type checking or inside functions: each module
+    depends only on the ones below it (see the README's Layout)."""
+    root = Path(__file__).resolve().parents[1] / "gameopt"
+    graph = {}
+    for path in root.rglob("*.py"):
+        module = ".".join(("gameopt", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        graph[module] = _relative_imports(path, module)
+
+    def reaches(a: str, b: str) -> bool:
+        seen, stack = set(), [a]
+        while stack:
+            for d in graph.get(stack.pop(), ()):
+                if d == b:
+                    return True
+                if d not in seen:
+                    seen.add(d)
+                    stack.append(d)
+        return False
+
+    modules = sorted(m for m in graph if m != "gameopt")
+    cycles = [(a, b) for i, a in enumerate(modules) for b in modules[i + 1 :] if reaches(a, b) and reaches(b, a)]
+    assert "gameopt.autodiff" in graph and "gameopt.game" in graph["gameopt.lagrangian"]
+    assert cycles == []

@@ -71,7 +71,7 @@ def test_plus_and_times_are_arithmetic_not_list_operations() -> None:
 def test_a_saved_state_holding_joint_vectors_loads_with_weights_only() -> None:
     """Algorithm states hold joint vectors; state_dicts store them as plain lists."""
     import gameopt
-    from gameopt.algorithms.base import _clone
+    from gameopt.state import clone_state as _clone
 
     a, _ = _vecs()
     buf = io.BytesIO()

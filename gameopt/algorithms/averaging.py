@@ -12,8 +12,8 @@ from torch import Tensor
 from .base import Algorithm, State, Wrapper, check_number
 
 if TYPE_CHECKING:
-    from ..game import Game, Oracle
     from ..layout import Vec
+    from ..protocols import GameView, OracleInterface
 
 
 class Averaging(Wrapper):
@@ -51,10 +51,10 @@ class Averaging(Wrapper):
         decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
         super().__init__(base, kind=kind, decay=decay, start=check_number("start", start, low=0, integer=True))
 
-    def init_state(self, game: Game) -> State:
+    def init_state(self, game: GameView) -> State:
         return {"base": self.base.init_state(game), "avg": game.layout.data.clone(), "count": 0}
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         n = count - self.start
@@ -92,7 +92,7 @@ class Averaging(Wrapper):
             with torch.no_grad():
                 torch._foreach_copy_(layout.data, saved)
 
-    def _bound(self) -> tuple[Game, Vec]:
+    def _bound(self) -> tuple[GameView, Vec]:
         if self.game is None:
             raise RuntimeError("Averaging is not part of a game yet: pass it to gameopt.Game(...)")
         avg = self.algo_state["avg"]

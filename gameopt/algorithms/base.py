@@ -3,65 +3,22 @@ groups, explicit state, and the (step, new state) contract."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor
 
+from ..checks import check_bool, check_number, check_per_player
+from ..state import check_like, clone_state, retyped, tensors_in
 from ..updates import Plain, State, UpdateRule, apply
 from ..vec import Vec
 
 if TYPE_CHECKING:
-    from ..game import Game, Oracle
     from ..layout import Vec
+    from ..protocols import GameView, OracleInterface
 
 
-def check_number(
-    name: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    integer: bool = False,
-) -> Any:
-    """``value`` as a float (an int with ``integer``) if it is a finite number in the
-    range, else a ``ValueError`` naming ``name`` and the range. Ints count as numbers,
-    bools do not."""
-    lo = "(" if low_open or low is None else "["
-    hi = ")" if high_open or high is None else "]"
-    what = "an integer" if integer else "a finite number"
-    if low is not None or high is not None:
-        what += f" in {lo}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{hi}"
-    kinds = (int,) if integer else (int, float)
-    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """``value`` if it is a bool, else a ``ValueError`` naming ``name``."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def check_per_player(name: str, value: Any, **bounds: Any) -> float | list[float]:
-    """One number, or a non-empty list or tuple of numbers (one per player), each
-    checked with :func:`check_number`. The length is checked when the game is built."""
-    if isinstance(value, (list, tuple)):
-        if not value:
-            raise ValueError(f"{name} must be a number or one number per player, got {value!r}")
-        return [check_number(f"{name}[{k}]", v, **bounds) for k, v in enumerate(value)]
-    return check_number(name, value, **bounds)
+__all__ = ["Algorithm", "Hyper", "Wrapper", "check_bool", "check_number", "check_per_player"]
 
 
 def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
@@ -133,7 +90,7 @@ class Algorithm(torch.optim.Optimizer):
         self._settings = list(settings)
         for name, value in settings.items():
             setattr(self, name, value)
-        self.game: Game | None = None
+        self.game: GameView | None = None
         self.algo_state: State = {}
 
     @classmethod
@@ -155,7 +112,7 @@ class Algorithm(torch.optim.Optimizer):
         return [hyper.check(g[name], f"param_groups[{k}].{name}") for k, g in enumerate(groups)]
 
     # --------------------------------------------------------------- binding
-    def bind(self, game: Game) -> None:
+    def bind(self, game: GameView) -> None:
         """Attach to a game: one param group per player (its lr and the schedulable
         hyperparameters), fresh state."""
         n = len(game.players)
@@ -174,7 +131,7 @@ class Algorithm(torch.optim.Optimizer):
         self.game = game
         self.algo_state = self.init_state(game)
 
-    def refresh_params(self, game: Game) -> None:
+    def refresh_params(self, game: GameView) -> None:
         """After the game re-laid its storage, point the param groups at it."""
         for group, p in zip(self.param_groups, game.players):
             group["params"] = [b.data for b in p.buffers]
@@ -199,11 +156,11 @@ class Algorithm(torch.optim.Optimizer):
         return [self.rule]
 
     # ------------------------------------------------------------ interface
-    def init_state(self, game: Game) -> State:
+    def init_state(self, game: GameView) -> State:
         """The state before the first step."""
         return {"rule": self.rule.init(game.layout.data)}
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         """One step: return ``delta`` (w ← w + delta) and the new state.
 
         Must not modify ``state`` or the parameters in place.
@@ -226,7 +183,7 @@ class Algorithm(torch.optim.Optimizer):
 
     # --------------------------------------------------------------- helpers
     def descend(
-        self, oracle: Oracle, d: Vec, rule_state: State, scratch: bool = False, own_state: bool = False
+        self, oracle: OracleInterface, d: Vec, rule_state: State, scratch: bool = False, own_state: bool = False
     ) -> tuple[Vec, State]:
         """−η · rule(d), per player, and the rule's new state. ``scratch``: ``d`` may be
         overwritten (the gradient buffer or a temporary); the step is then written into
@@ -246,7 +203,7 @@ class Algorithm(torch.optim.Optimizer):
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         # a snapshot: the live state's tensors are reused by later steps
-        return {"type": type(self).__name__, "param_groups": groups, "state": _clone(self.algo_state)}
+        return {"type": type(self).__name__, "param_groups": groups, "state": clone_state(self.algo_state)}
 
     def check_state_dict(self, state_dict: Any, path: str = "algorithm") -> None:
         """Raise ``ValueError`` (naming what is wrong) unless ``state_dict`` fits this
@@ -271,7 +228,7 @@ class Algorithm(torch.optim.Optimizer):
                 for name in rule.schedulable:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
-        _check_like(self.algo_state, state_dict.get("state"), f"{path}.state")
+        check_like(self.algo_state, state_dict.get("state"), f"{path}.state")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
         """Restore a :meth:`state_dict`; a state that does not fit raises ``ValueError``
@@ -279,7 +236,7 @@ class Algorithm(torch.optim.Optimizer):
         self.check_state_dict(state_dict)
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
-        self.algo_state = _retyped(self.algo_state, _clone(state_dict["state"]))
+        self.algo_state = retyped(self.algo_state, clone_state(state_dict["state"]))
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
@@ -303,14 +260,14 @@ class Wrapper(Algorithm):
     def first_order(self) -> bool:  # type: ignore[override]
         return self.base.first_order
 
-    def bind(self, game: Game) -> None:
+    def bind(self, game: GameView) -> None:
         self.base.bind(game)
         self.base.algo_state = {}  # the base's state lives inside this one's, not twice
         torch.optim.Optimizer.__init__(self, self.base.param_groups, {"lr": self.base.lrs[0]})
         self.game = game
         self.algo_state = self.init_state(game)
 
-    def refresh_params(self, game: Game) -> None:
+    def refresh_params(self, game: GameView) -> None:
         self.base.refresh_params(game)
 
     def sync_rule(self) -> None:
@@ -318,69 +275,3 @@ class Wrapper(Algorithm):
 
     def _rules(self) -> list[UpdateRule]:
         return self.base._rules()
-
-
-def tensors_in(obj: Any) -> list[Tensor]:
-    if isinstance(obj, Tensor):
-        return [obj]
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in tensors_in(v)]
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in tensors_in(v)]
-    return []
-
-
-def _clone(obj: Any) -> Any:
-    """A deep copy of a state structure, in plain containers (a joint vector becomes a
-    list of tensors), so that ``torch.load(weights_only=True)`` reads it back."""
-    if isinstance(obj, Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: _clone(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clone(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_clone(v) for v in obj)
-    return obj
-
-
-def _retyped(mine: Any, theirs: Any) -> Any:
-    """``theirs`` (a loaded state, plain containers) with the joint vectors of ``mine``
-    (the same structure, checked) made :class:`~gameopt.vec.Vec` again."""
-    if isinstance(mine, Vec):
-        return Vec(theirs)
-    if isinstance(mine, dict):
-        return {k: _retyped(mine[k], v) for k, v in theirs.items()}
-    if isinstance(mine, (list, tuple)):
-        return type(theirs)(_retyped(a, b) for a, b in zip(mine, theirs))
-    return theirs
-
-
-def _check_like(mine: Any, theirs: Any, path: str) -> None:
-    """Raise ValueError unless ``theirs`` has the structure, shapes and dtypes of ``mine``."""
-    if isinstance(mine, Tensor):
-        if not isinstance(theirs, Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
-            got = f"{tuple(theirs.shape)} {theirs.dtype}" if isinstance(theirs, Tensor) else type(theirs).__name__
-            raise ValueError(f"{path}: expected a {tuple(mine.shape)} {mine.dtype} tensor, got {got}")
-    elif isinstance(mine, dict):
-        if not isinstance(theirs, dict) or set(mine) != set(theirs):
-            raise ValueError(
-                f"{path}: expected keys {sorted(mine)}, got {sorted(theirs) if isinstance(theirs, dict) else theirs!r}"
-            )
-        for k in mine:
-            _check_like(mine[k], theirs[k], f"{path}.{k}")
-    elif isinstance(mine, (list, tuple)):
-        if not isinstance(theirs, (list, tuple)) or len(mine) != len(theirs):
-            raise ValueError(f"{path}: expected {len(mine)} entries")
-        for k, (a, b) in enumerate(zip(mine, theirs)):
-            _check_like(a, b, f"{path}[{k}]")
-    elif isinstance(mine, bool) or isinstance(mine, str):
-        if type(theirs) is not type(mine):
-            raise ValueError(f"{path}: expected a {type(mine).__name__}, got {theirs!r}")
-    elif isinstance(mine, (int, float)):
-        kinds = (int,) if isinstance(mine, int) else (int, float)
-        if not isinstance(theirs, kinds) or isinstance(theirs, bool) or not math.isfinite(theirs):
-            raise ValueError(f"{path}: expected a finite {type(mine).__name__}, got {theirs!r}")
-    elif mine is None:
-        if theirs is not None and not isinstance(theirs, (Tensor, list)):
-            raise ValueError(f"{path}: unexpected {theirs!r}")

@@ -14,11 +14,11 @@ from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..autodiff import Linearization
-    from ..game import Game, Oracle
+    from ..protocols import GameView, OracleInterface
 
 
 def competitive_step(
-    oracle: Oracle, lin: Linearization, eta: Vec, warm: Vec, zero_sum: bool, solver: dict
+    oracle: OracleInterface, lin: Linearization, eta: Vec, warm: Vec, zero_sum: bool, solver: dict
 ) -> tuple[Vec, Vec]:
     """Δ solving (I + diag(η) H_o) Δ = −diag(η) ξ, and the new warm start.
 
@@ -109,10 +109,10 @@ class CGD(Algorithm):
             maxiter = check_number("maxiter", maxiter, low=1, integer=True)
         super().__init__(lr, None, tol=tol, maxiter=maxiter, zero_sum=check_bool("zero_sum", zero_sum))
 
-    def init_state(self, game: Game) -> State:
+    def init_state(self, game: GameView) -> State:
         return {"warm": game.layout.zeros()}
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize()
         zero_sum = self.zero_sum
         if zero_sum:
@@ -166,12 +166,12 @@ class ACGD(Algorithm):
         }
         super().__init__(lr, None, **hyper)
 
-    def init_state(self, game: Game) -> State:
+    def init_state(self, game: GameView) -> State:
         if len(game.players) != 2:
             raise ValueError(f"ACGD is for two-player zero-sum games, got {len(game.players)} players")
         return {"v": game.layout.zeros(), "warm": game.layout.zeros(), "t": 0}
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize()
         _check_zero_sum(lin, oracle.num_players)
         beta, t = self.beta, state["t"] + 1

@@ -11,8 +11,8 @@ from ..updates import UpdateRule, apply
 from .base import Algorithm, State, check_per_player
 
 if TYPE_CHECKING:
-    from ..game import Game, Oracle
     from ..layout import Vec
+    from ..protocols import GameView, OracleInterface
 
 
 class Extragradient(Algorithm):
@@ -42,7 +42,7 @@ class Extragradient(Algorithm):
             extrapolation_lr = check_per_player("extrapolation_lr", extrapolation_lr, low=0.0)
         super().__init__(lr, update, extrapolation_lr=extrapolation_lr)
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         eta_x = self.hyper["extrapolation_lr"]
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
         # the first direction may be the gradient buffer itself: the move to w' reads it
@@ -71,10 +71,10 @@ class Optimistic(Algorithm):
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
         super().__init__(lr, update)
 
-    def init_state(self, game: Game) -> State:
+    def init_state(self, game: GameView) -> State:
         return {"rule": self.rule.init(game.layout.data), "prev": game.layout.zeros(), "t": 0}
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         xi = oracle.xi()
         out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
         if out is xi:  # the gradient buffer: the next step's previous direction is a copy

@@ -12,8 +12,8 @@ from ..vec import Vec
 from .base import Algorithm, State
 
 if TYPE_CHECKING:
-    from ..game import Oracle
     from ..layout import Vec
+    from ..protocols import OracleInterface
 
 
 class SimGD(Algorithm):
@@ -32,7 +32,7 @@ class SimGD(Algorithm):
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
         super().__init__(lr, update)
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         delta, rule_state = self.descend(oracle, oracle.xi(), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
@@ -53,7 +53,7 @@ class AltGD(Algorithm):
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
         super().__init__(lr, update)
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         layout = oracle.layout
         delta = oracle.layout.zeros()  # the players who moved so far: their steps
         ones = [1.0] * oracle.num_players

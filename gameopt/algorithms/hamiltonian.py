@@ -9,8 +9,8 @@ from ..updates import UpdateRule
 from .base import Algorithm, Hyper, State, check_bool
 
 if TYPE_CHECKING:
-    from ..game import Oracle
     from ..layout import Vec
+    from ..protocols import OracleInterface
 
 
 class HamiltonianGD(Algorithm):
@@ -34,7 +34,7 @@ class HamiltonianGD(Algorithm):
     ) -> None:
         super().__init__(lr, update, zero_sum=check_bool("zero_sum", zero_sum))
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         # the direction Jᵀξ alone may not show a non-finite ξ
         lin = oracle.linearize(zero_sum=self.zero_sum)
         delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"], scratch=True)
@@ -66,7 +66,7 @@ class ConsensusOptimization(Algorithm):
     ) -> None:
         super().__init__(lr, update, gamma=gamma, zero_sum=check_bool("zero_sum", zero_sum))
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         # the update is non-finite if ξ is
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)
         direction = lin.xi.add_(lin.vjp(lin.xi), alpha=self.gamma)  # lin is used up: in place

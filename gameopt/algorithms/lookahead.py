@@ -9,8 +9,8 @@ import torch
 from .base import Algorithm, State, Wrapper, check_number
 
 if TYPE_CHECKING:
-    from ..game import Game, Oracle
     from ..layout import Vec
+    from ..protocols import GameView, OracleInterface
 
 
 class Lookahead(Wrapper):
@@ -35,10 +35,10 @@ class Lookahead(Wrapper):
         k = check_number("k", k, low=1, integer=True)
         super().__init__(base, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
 
-    def init_state(self, game: Game) -> State:
+    def init_state(self, game: GameView) -> State:
         return {"base": self.base.init_state(game), "slow": game.layout.data.clone(), "count": 0}
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         slow = state["slow"]

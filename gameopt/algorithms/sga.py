@@ -11,8 +11,8 @@ from ..updates import UpdateRule
 from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
-    from ..game import Oracle
     from ..layout import Vec
+    from ..protocols import OracleInterface
 
 SIGN_NORMALIZERS = ("dimension", "tensors")
 
@@ -75,7 +75,7 @@ class SGA(Algorithm):
             zero_sum=check_bool("zero_sum", zero_sum),
         )
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)  # the update is non-finite if ξ is
         xi = lin.xi
         jt_xi, j_xi = lin.vjp_jvp(xi)
@@ -85,7 +85,7 @@ class SGA(Algorithm):
             if self.sign_normalizer == "dimension":
                 n = oracle.layout.num_elements
             else:
-                n = sum(len(p.parameters) for p in oracle.game.players)
+                n = sum(len(e.buffer.params) for e in oracle.layout.entries)
             score = xi.dot(jt_xi) * a_xi.dot(jt_xi) / n + self.eps
             direction = xi + a_xi * (abs(lam) * torch.sign(score))
         else:

@@ -12,8 +12,8 @@ from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..autodiff import Linearization
-    from ..game import Oracle
     from ..layout import Vec
+    from ..protocols import OracleInterface
 
 
 def _anticipated(lin: Linearization, alpha: float) -> Vec:
@@ -44,7 +44,7 @@ class LA(Algorithm):
     ) -> None:
         super().__init__(lr, update, alpha=alpha)
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         delta, rule_state = self.descend(oracle, _anticipated(lin, self.alpha), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
@@ -82,7 +82,7 @@ class LOLA(Algorithm):
     ) -> None:
         super().__init__(lr, update, alpha=alpha, shaping_only=check_bool("shaping_only", shaping_only))
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha = self.alpha
         # ξ − α(H_o ξ + χ), or ξ − αχ: one reverse pass per player with ``cross``
@@ -129,7 +129,7 @@ class SOS(Algorithm):
             b=check_number("b", b, low=0.0, low_open=True),
         )
 
-    def update(self, oracle: Oracle, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha, a, b = self.alpha, self.a, self.b
         xi0 = _anticipated(lin, alpha)

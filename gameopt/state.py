@@ -1,0 +1,79 @@
+"""Algorithm state structures (nested dicts, lists and tuples of tensors and
+numbers): walking, copying for checkpoints, and checking a loaded one against the
+live one."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torch import Tensor
+
+from .vec import Vec
+
+
+def tensors_in(obj: Any) -> list[Tensor]:
+    """Every tensor in a state structure, in order."""
+    if isinstance(obj, Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in tensors_in(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in tensors_in(v)]
+    return []
+
+
+def clone_state(obj: Any) -> Any:
+    """A deep copy of a state structure, in plain containers (a joint vector becomes a
+    list of tensors), so that ``torch.load(weights_only=True)`` reads it back."""
+    if isinstance(obj, Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: clone_state(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [clone_state(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(clone_state(v) for v in obj)
+    return obj
+
+
+def retyped(mine: Any, theirs: Any) -> Any:
+    """``theirs`` (a loaded state, plain containers) with the joint vectors of ``mine``
+    (the same structure, checked) made :class:`~gameopt.vec.Vec` again."""
+    if isinstance(mine, Vec):
+        return Vec(theirs)
+    if isinstance(mine, dict):
+        return {k: retyped(mine[k], v) for k, v in theirs.items()}
+    if isinstance(mine, (list, tuple)):
+        return type(theirs)(retyped(a, b) for a, b in zip(mine, theirs))
+    return theirs
+
+
+def check_like(mine: Any, theirs: Any, path: str) -> None:
+    """Raise ValueError unless ``theirs`` has the structure, shapes and dtypes of ``mine``."""
+    if isinstance(mine, Tensor):
+        if not isinstance(theirs, Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+            got = f"{tuple(theirs.shape)} {theirs.dtype}" if isinstance(theirs, Tensor) else type(theirs).__name__
+            raise ValueError(f"{path}: expected a {tuple(mine.shape)} {mine.dtype} tensor, got {got}")
+    elif isinstance(mine, dict):
+        if not isinstance(theirs, dict) or set(mine) != set(theirs):
+            raise ValueError(
+                f"{path}: expected keys {sorted(mine)}, got {sorted(theirs) if isinstance(theirs, dict) else theirs!r}"
+            )
+        for k in mine:
+            check_like(mine[k], theirs[k], f"{path}.{k}")
+    elif isinstance(mine, (list, tuple)):
+        if not isinstance(theirs, (list, tuple)) or len(mine) != len(theirs):
+            raise ValueError(f"{path}: expected {len(mine)} entries")
+        for k, (a, b) in enumerate(zip(mine, theirs)):
+            check_like(a, b, f"{path}[{k}]")
+    elif isinstance(mine, bool) or isinstance(mine, str):
+        if type(theirs) is not type(mine):
+            raise ValueError(f"{path}: expected a {type(mine).__name__}, got {theirs!r}")
+    elif isinstance(mine, (int, float)):
+        kinds = (int,) if isinstance(mine, int) else (int, float)
+        if not isinstance(theirs, kinds) or isinstance(theirs, bool) or not math.isfinite(theirs):
+            raise ValueError(f"{path}: expected a finite {type(mine).__name__}, got {theirs!r}")
+    elif mine is None:
+        if theirs is not None and not isinstance(theirs, (Tensor, list)):
+            raise ValueError(f"{path}: unexpected {theirs!r}")
