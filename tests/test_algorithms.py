@@ -390,14 +390,16 @@ def test_update_rule_settings_live_in_the_param_groups(name, rule, after, wrap) 
     assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
 
 
-def test_one_cycle_lr_cycles_adams_beta1() -> None:
+@pytest.mark.parametrize("wrap", [False, True], ids=["", "averaging"])
+def test_one_cycle_lr_cycles_adams_beta1(wrap) -> None:
     tg = GAMES["quadratic"]()
-    game = tg.build(gameopt.SimGD(0.05, update=gameopt.Adam((0.9, 0.99))))
+    algo = gameopt.SimGD(0.05, update=gameopt.Adam((0.9, 0.99)))
+    game = tg.build(gameopt.Averaging(algo) if wrap else algo)
     sched = torch.optim.lr_scheduler.OneCycleLR(game.algorithm, max_lr=0.1, total_steps=10, base_momentum=0.8)
     seen = []
     for _ in range(5):
         game.step()
         sched.step()
-        seen.append(game.algorithm.rule.betas[0])
+        seen.append(algo.rule.betas[0])
     assert seen[0] == 0.95 and min(seen[1:]) < 0.95  # the rule took the scheduled values
     assert all(g["betas"][1] == 0.99 for g in game.algorithm.param_groups)

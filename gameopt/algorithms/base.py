@@ -263,7 +263,7 @@ class Wrapper(Algorithm):
     def bind(self, game: GameView) -> None:
         self.base.bind(game)
         self.base.algo_state = {}  # the base's state lives inside this one's, not twice
-        torch.optim.Optimizer.__init__(self, self.base.param_groups, {"lr": self.base.lrs[0]})
+        torch.optim.Optimizer.__init__(self, self.base.param_groups, dict(self.base.defaults))
         self.game = game
         self.algo_state = self.init_state(game)
 
