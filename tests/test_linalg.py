@@ -73,3 +73,23 @@ def test_dot_stays_on_the_device_in_float64() -> None:
     a = _split(torch.ones(30, dtype=torch.float32))
     out = dot(a, a)
     assert out.dtype == torch.float64 and out.device == a[0].device and float(out) == 30.0
+
+
+@pytest.mark.parametrize("check_every", [2, 3, 8])
+@pytest.mark.parametrize(
+    ("tol", "restart", "maxiter"), [(1e-10, 30, None), (1e-10, 4, None), (1e-6, 30, None), (1e-14, 5, 13)]
+)
+def test_gmres_device_path_takes_the_same_solution(check_every, tol, restart, maxiter) -> None:
+    """The Hessenberg system on the device, convergence read every k products: the
+    same useful products and the same solution (to rounding). Here GMRES converges
+    after 23, 28 and 16 products: inside a block of k, so products after it run."""
+    g = torch.Generator().manual_seed(7)
+    m = torch.eye(30, dtype=torch.float64) + 0.08 * torch.randn(30, 30, dtype=torch.float64, generator=g)
+    b = _split(torch.randn(30, dtype=torch.float64, generator=g))
+    x0 = _split(0.1 * torch.ones(30, dtype=torch.float64))
+    host, n_host = gmres(_op(m), b, x0=x0, tol=tol, restart=restart, maxiter=maxiter, check_every=1)
+    dev, n_dev = gmres(_op(m), b, x0=x0, tol=tol, restart=restart, maxiter=maxiter, check_every=check_every)
+    assert n_dev == n_host
+    torch.testing.assert_close(torch.cat(dev), torch.cat(host), rtol=1e-9, atol=1e-10)
+    residual = torch.linalg.norm(m @ torch.cat(dev) - torch.cat(b)) / torch.linalg.norm(torch.cat(b))
+    assert float(residual) <= (1.01 * tol if maxiter is None else 1.0)
