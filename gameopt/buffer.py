@@ -35,6 +35,7 @@ class Segment:
     numel: int
     shape: torch.Size
     stride: tuple[int, ...]
+    contiguous: bool = True  # ``stride`` is the row-major one of ``shape``
 
 
 _shape = operator.attrgetter("shape")
@@ -80,9 +81,9 @@ def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _view(chunk: Tensor, seg: Segment) -> Tensor:
+def segment_view(chunk: Tensor, seg: Segment) -> Tensor:
     """A view of the 1-D ``chunk`` with the segment's shape and strides."""
-    if seg.stride == _contiguous_strides(seg.shape):
+    if seg.contiguous:
         return chunk.view(seg.shape)
     # Lay the dims out from the largest stride to the smallest, then permute back.
     order = sorted(range(len(seg.shape)), key=lambda d: (-seg.stride[d], d))
@@ -312,7 +313,7 @@ class FlatBuffer:
             stride = tuple(p.stride())
             if not _dense_strides(p.shape, stride):
                 stride = _contiguous_strides(p.shape)
-            segments.append(Segment(offset, p.numel(), p.shape, stride))
+            segments.append(Segment(offset, p.numel(), p.shape, stride, stride == _contiguous_strides(p.shape)))
             offset += p.numel()
         total = -(-offset // step) * step if align else offset
         return segments, total
@@ -320,7 +321,7 @@ class FlatBuffer:
     def views(self, flat: Tensor) -> list[Tensor]:
         """Parameter-shaped views of a flat tensor laid out like this buffer."""
         chunks = torch.split(flat, self._split_sizes)
-        return [_view(chunks[i], s) for i, s in zip(self._chunk_index, self.segments)]
+        return [segment_view(chunks[i], s) for i, s in zip(self._chunk_index, self.segments)]
 
     def _install(self, data: Tensor, grad: Tensor) -> None:
         """Copy the parameters' current values (and gradients) into ``data`` (and ``grad``)

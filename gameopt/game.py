@@ -544,13 +544,14 @@ class Game:
         try:
             self.algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = self.algorithm.update(oracle, old)
-            _check_not_borrowed(new_state, oracle.borrowed, type(self.algorithm).__name__)
+            new_tensors = tensors_in(new_state)
+            _check_not_borrowed(new_tensors, oracle.borrowed, type(self.algorithm).__name__)
             if debug.enabled() and (untyped := _untyped_vectors(new_state, self.layout)):
                 raise TypeError(
                     f"{type(self.algorithm).__name__}: joint vectors in the state must be gameopt.Vec (so that a "
                     f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
                 )
-            if not all_finite(_unchecked(delta, new_state, old)):
+            if not all_finite(_unchecked(delta, new_tensors, old)):
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
             with torch.no_grad():
                 self.move(self.layout.data, delta, out=self.layout.data)
@@ -687,23 +688,23 @@ class _Watch:
         self.shapes = [q.shape for q in self.params]
 
 
-def _check_not_borrowed(state: Any, borrowed: Sequence[Vec], name: str) -> None:
-    """Refuse a state that holds a vector that :meth:`Oracle.xi` lent (the gradient
-    buffer, which the next evaluation overwrites)."""
+def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec], name: str) -> None:
+    """Refuse a state (given by its tensors) that holds a vector that :meth:`Oracle.xi`
+    lent (the gradient buffer, which the next evaluation overwrites)."""
     lent = {t.untyped_storage().data_ptr() for vec in borrowed for t in vec}
-    if lent and any(t.untyped_storage().data_ptr() in lent for t in tensors_in(state)):
+    if lent and any(t.untyped_storage().data_ptr() in lent for t in state_tensors):
         raise RuntimeError(
             f"{name}.update returned a state that holds the result of oracle.xi(), which is borrowed "
             "(the next evaluation overwrites it): keep a copy (oracle.empty().copy_(xi)) instead"
         )
 
 
-def _unchecked(delta: Vec, new_state: Any, old_state: Any) -> list[Tensor]:
+def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> list[Tensor]:
     """The tensors of a step to check for finiteness, each once: the delta and the
-    new state, less what the old state already held (checked when committed)."""
+    new state's tensors, less what the old state already held (checked when committed)."""
     seen = {id(t) for t in tensors_in(old_state)}
     out = []
-    for t in list(delta) + tensors_in(new_state):
+    for t in [*delta, *new_tensors]:
         if id(t) not in seen:
             seen.add(id(t))
             out.append(t)

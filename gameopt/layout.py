@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from . import debug
-from .buffer import FlatBuffer, _contiguous_strides, _view
+from .buffer import FlatBuffer, Segment, segment_view
 from .player import Player
 from .vec import Vec
 
@@ -151,13 +150,11 @@ class JointLayout:
         group ``g``, from one ``torch.split`` of ``flat`` (whose backward is one ``cat``)."""
         sizes, where = self._splits[g]
         chunks = torch.split(flat, sizes)
-        return [
-            (p, chunks[k].view(shape) if shape is not None else _view(chunks[k], seg)) for p, k, shape, seg in where
-        ]
+        return [(p, segment_view(chunks[k], seg)) for p, k, seg in where]
 
-    def _split_plan(self, g: int) -> tuple[list[int], list[tuple[Tensor, int, torch.Size | None, Any]]]:
+    def _split_plan(self, g: int) -> tuple[list[int], list[tuple[Tensor, int, Segment]]]:
         """Sizes that cut group ``g`` into its parameters (and padding), and per
-        parameter (parameter, chunk index, shape when contiguous, segment)."""
+        parameter (parameter, chunk index, segment)."""
         sizes: list[int] = []
         where = []
         end = 0
@@ -166,8 +163,7 @@ class JointLayout:
                 start = e.start + seg.offset
                 if start > end:
                     sizes.append(start - end)
-                contiguous = seg.stride == _contiguous_strides(seg.shape)
-                where.append((p, len(sizes), seg.shape if contiguous else None, seg))
+                where.append((p, len(sizes), seg))
                 sizes.append(seg.numel)
                 end = start + seg.numel
         if self.data[g].numel() > end:

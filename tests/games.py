@@ -7,6 +7,7 @@ written with torch ops, and ``xi_ref(ws)``: the vector field written by hand
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,15 @@ class TestGame:
 
     def params(self) -> list[Tensor]:
         return [m.w.detach().clone() for m in self.modules]
+
+
+def saved_and_loaded(obj):
+    """``obj`` written with ``torch.save`` and read back with ``torch.load(weights_only=True)``,
+    as a checkpoint is."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
 
 
 def bilinear(n: int = 3, seed: int = 0) -> TestGame:

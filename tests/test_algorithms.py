@@ -3,7 +3,6 @@ generic checks (resume, dtypes) driven by one table of algorithms."""
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from collections.abc import Callable
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from games import GAMES, RefRule, bilinear, ref_trajectory
+from games import GAMES, RefRule, bilinear, ref_trajectory, saved_and_loaded
 
 import gameopt
 
@@ -143,10 +142,7 @@ def test_resume_is_bit_exact(info: AlgoInfo, dtype: torch.dtype) -> None:
     game = tg.build(info.make(lrs), dtype=dtype)
     for _ in range(4):
         game.step()
-    buf = io.BytesIO()
-    torch.save(game.state_dict(), buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
+    saved = saved_and_loaded(game.state_dict())
     resumed = tg.build(info.make(lrs), dtype=dtype)  # fresh modules at the initial point
     resumed.load_state_dict(saved)
     for _ in range(4):

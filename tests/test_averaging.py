@@ -7,13 +7,12 @@ by 1 − η² + iη)."""
 from __future__ import annotations
 
 import copy
-import io
 import math
 import re
 
 import pytest
 import torch
-from games import GAMES, RefRule, bilinear, ref_trajectory
+from games import GAMES, RefRule, bilinear, ref_trajectory, saved_and_loaded
 from torch import Tensor
 
 import gameopt
@@ -195,11 +194,9 @@ def test_resume_is_bit_exact_average_included(dtype) -> None:
     game = tg.build(make(), dtype=dtype)
     for _ in range(4):
         game.step()
-    buf = io.BytesIO()
-    torch.save(game.state_dict(), buf)
-    buf.seek(0)
+    loaded = saved_and_loaded(game.state_dict())
     resumed = tg.build(make(), dtype=dtype)
-    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    resumed.load_state_dict(loaded)
     assert resumed.algorithm.algo_state["count"] == 4
     for _ in range(4):
         resumed.step()

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from games import GAMES, VecModule
+from games import GAMES, VecModule, saved_and_loaded
 from torch import nn
 
 import gameopt
@@ -514,18 +514,15 @@ def test_state_follows_its_parameter_when_another_is_removed(name) -> None:
 def test_state_loaded_from_a_checkpoint_still_follows_its_parameter(name) -> None:
     """A checkpoint stores joint vectors as plain lists; loading types them again, so
     a re-fuse after a load carries each parameter's state as without the load."""
-    import io
 
     m, game = _separable_game(SEPARABLE[name])
     ref, ref_game = _separable_game(SEPARABLE[name])
     for _ in range(3):
         game.step()
         ref_game.step()
-    buf = io.BytesIO()
-    torch.save(game.state_dict(), buf)
-    buf.seek(0)
+    loaded = saved_and_loaded(game.state_dict())
     m, game = _separable_game(SEPARABLE[name])
-    game.load_state_dict(torch.load(buf, weights_only=True))
+    game.load_state_dict(loaded)
     vectors = [v for v in _lists(game.algorithm.algo_state) if len(v) == len(game.layout.data)]
     assert vectors and all(isinstance(v, gameopt.Vec) for v in vectors)
     del m.a

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from games import GAMES
+from games import GAMES, saved_and_loaded
 
 import gameopt
 
@@ -178,7 +178,6 @@ def test_linearization_products(game_name, raw, cross) -> None:
 
 @pytest.mark.parametrize("make", [lambda: gameopt.ACGD([0.2, 0.1]), lambda: gameopt.CGD([0.2, 0.1], zero_sum=True)])
 def test_zero_sum_solvers_resume_bit_exact(make) -> None:
-    import io
 
     tg = GAMES["bilinear"]()
     game = tg.build(make())
@@ -188,11 +187,9 @@ def test_zero_sum_solvers_resume_bit_exact(make) -> None:
     game = tg.build(make())
     for _ in range(3):
         game.step()
-    buf = io.BytesIO()
-    torch.save(game.state_dict(), buf)
-    buf.seek(0)
+    loaded = saved_and_loaded(game.state_dict())
     resumed = tg.build(make())
-    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    resumed.load_state_dict(loaded)
     for _ in range(3):
         resumed.step()
     assert all(torch.equal(a, b) for a, b in zip(tg.params(), straight))

@@ -4,13 +4,12 @@ torch.optim.RMSprop and closed forms, iterate for iterate in float64."""
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable
 
 import pytest
 import torch
-from games import GAMES, ref_trajectory
+from games import GAMES, ref_trajectory, saved_and_loaded
 from torch import Tensor, nn
 
 import gameopt
@@ -163,10 +162,7 @@ def test_resume_is_bit_exact(name, convention, dtype) -> None:
     game = tg.build(make(), dtype=dtype)
     for _ in range(4):
         game.step()
-    buf = io.BytesIO()
-    torch.save(game.state_dict(), buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
+    saved = saved_and_loaded(game.state_dict())
     resumed = tg.build(make(), dtype=dtype)
     resumed.load_state_dict(saved)
     for _ in range(4):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import io
-
 import pytest
 import torch
+from games import saved_and_loaded
 
 from gameopt.vec import Vec, dot
 
@@ -74,9 +73,6 @@ def test_a_saved_state_holding_joint_vectors_loads_with_weights_only() -> None:
     from gameopt.state import clone_state as _clone
 
     a, _ = _vecs()
-    buf = io.BytesIO()
-    torch.save(_clone({"v": a, "t": 3}), buf)
-    buf.seek(0)
-    back = torch.load(buf, weights_only=True)
+    back = saved_and_loaded(_clone({"v": a, "t": 3}))
     assert type(back["v"]) is list and torch.equal(back["v"][0], a[0])
     assert gameopt.Vec is Vec

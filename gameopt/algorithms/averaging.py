@@ -101,5 +101,4 @@ class Averaging(Wrapper):
         return self.game, avg
 
     def __repr__(self) -> str:
-        h = self.hyper
-        return f"Averaging({self.base!r}, kind={h['kind']!r}, decay={h['decay']}, start={h['start']})"
+        return f"Averaging({self.base!r}, kind={self.kind!r}, decay={self.decay}, start={self.start})"

@@ -3,6 +3,7 @@ groups, explicit state, and the (step, new state) contract."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,11 @@ __all__ = ["Algorithm", "Hyper", "Wrapper", "check_bool", "check_number", "check
 
 def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
     return check_per_player("lr", lr, low=0.0)
+
+
+@functools.cache
+def _hypers_of(cls: type) -> dict[str, Hyper]:
+    return {k: v for c in reversed(cls.__mro__) for k, v in vars(c).items() if isinstance(v, Hyper)}
 
 
 def _shared(owner: str, name: str, values: list[Any]) -> Any:
@@ -96,7 +102,7 @@ class Algorithm(torch.optim.Optimizer):
     @classmethod
     def hypers(cls) -> dict[str, Hyper]:
         """The schedulable hyperparameters, by name."""
-        return {k: v for c in reversed(cls.__mro__) for k, v in vars(c).items() if isinstance(v, Hyper)}
+        return _hypers_of(cls)
 
     @property
     def hyper(self) -> dict[str, Any]:

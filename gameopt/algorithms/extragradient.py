@@ -43,7 +43,7 @@ class Extragradient(Algorithm):
         super().__init__(lr, update, extrapolation_lr=extrapolation_lr)
 
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
-        eta_x = self.hyper["extrapolation_lr"]
+        eta_x = self.extrapolation_lr
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
         # the first direction may be the gradient buffer itself: the move to w' reads it
         # before ξ(w') is written there; the rule's state after it is this step's own

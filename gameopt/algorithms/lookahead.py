@@ -42,7 +42,7 @@ class Lookahead(Wrapper):
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         slow = state["slow"]
-        if count % self.hyper["k"] == 0:
+        if count % self.k == 0:
             diff = oracle.moved(delta)  # the fast weights, then (in place) fast − slow
             torch._foreach_sub_(diff, slow)
             slow = slow.add(diff, alpha=self.alpha)
@@ -52,4 +52,4 @@ class Lookahead(Wrapper):
         return delta, {"base": base_state, "slow": slow, "count": count}
 
     def __repr__(self) -> str:
-        return f"Lookahead({self.base!r}, k={self.hyper['k']}, alpha={self.hyper['alpha']})"
+        return f"Lookahead({self.base!r}, k={self.k}, alpha={self.alpha})"
