@@ -23,6 +23,7 @@ from .buffer import FlatBuffer
 from .evaluation import DynamicLossScale, LossError, StepLosses
 from .game import Game, NonFiniteError, Oracle
 from .lagrangian import LagrangianGame
+from .optim import GameOptimizer
 from .player import Player
 from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
 from .vec import Vec
@@ -49,6 +50,7 @@ __all__ = [
     "Extragradient",
     "FlatBuffer",
     "Game",
+    "GameOptimizer",
     "LagrangianGame",
     "Lookahead",
     "Momentum",

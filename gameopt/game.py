@@ -18,6 +18,7 @@ from .buffer import links_intact
 from .distributed import DataParallel
 from .evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
 from .layout import JointLayout, VecPool, all_finite
+from .optim import GameOptimizer
 from .player import Player
 from .state import check_like, clone_state, tensors_in
 from .vec import Vec
@@ -203,6 +204,9 @@ class Game:
             data, or receives the arguments given to :meth:`step`. ``None``: use
             each player's own ``loss=``.
         algorithm: an :class:`~gameopt.algorithms.Algorithm`; default ``SimGD(lr=1e-3)``.
+            The game binds it (``game.algorithm``) and wraps it in a
+            ``torch.optim.Optimizer``, ``game.optimizer`` (a
+            :class:`~gameopt.optim.GameOptimizer`), for schedulers and Lightning.
         on_nonfinite: ``"raise"`` (default) refuses a step whose vector field or
             update is not finite with :class:`NonFiniteError`; ``"skip"`` skips it
             (counted in :attr:`skipped_steps`). Either way nothing changes.
@@ -276,6 +280,7 @@ class Game:
             with torch.no_grad():
                 self._parallel.broadcast_(self.layout.data)
         self.algorithm.bind(self)
+        self.optimizer = GameOptimizer(self, self.algorithm)
 
     # ---------------------------------------------------------- data parallel
     def _mean_(self, vec: Vec) -> Vec:
@@ -376,9 +381,9 @@ class Game:
         if not any(changed) and not moved and not re_fused:
             return
         old = self.layout
-        vectors = _map_vectors(self.algorithm.algo_state, old, lambda v: _unflatten(old, v))
+        vectors = _map_vectors(self.algorithm.state, old, lambda v: _unflatten(old, v))
         self._build_layout()
-        self.algorithm.algo_state = _carry(vectors, self.algorithm.init_state(self), self.layout)
+        self.algorithm.state = _carry(vectors, self.algorithm.init_state(self), self.layout)
         self.algorithm.refresh_params(self)
         log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
 
@@ -526,19 +531,19 @@ class Game:
         update is not finite, unless ``on_nonfinite="skip"``. Any error leaves the
         parameters, the algorithm state and the module buffers as they were.
 
-        Same as ``game.algorithm.step(closure)`` with the losses bound to these
+        Same as ``game.optimizer.step(closure)`` with the losses bound to these
         arguments: a step goes through ``torch.optim.Optimizer.step`` (its hooks,
         and the learning-rate schedulers' step count).
         """
-        return self.algorithm.step(functools.partial(self.losses, *args, **kwargs))
+        return self.optimizer.step(functools.partial(self.losses, *args, **kwargs))
 
     @_autograd_on
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses:
         """The step itself, with the losses evaluated by ``closure()`` (no arguments);
-        what ``game.algorithm.step(closure)`` runs. Prefer :meth:`step`."""
+        what ``game.optimizer.step(closure)`` runs. Prefer :meth:`step`."""
         self._sync()
         oracle = Oracle(self, closure)
-        old = self.algorithm.algo_state
+        old = self.algorithm.state
         kept = old
         buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]
         try:
@@ -555,7 +560,7 @@ class Game:
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
             with torch.no_grad():
                 self.move(self.layout.data, delta, out=self.layout.data)
-            self.algorithm.algo_state = kept = new_state
+            self.algorithm.state = kept = new_state
         except BaseException as err:
             with torch.no_grad():
                 for b, copy in buffers:

@@ -35,6 +35,11 @@ class GameView(Protocol):
 
     players: list[Player]
     layout: JointLayout
+
+
+class Steppable(Protocol):
+    """The game a :class:`~gameopt.optim.GameOptimizer` steps."""
+
     losses: Callable[..., Any]
 
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses: ...

@@ -199,7 +199,7 @@ def test_extragradient_contracts_on_bilinear_at_the_known_rate() -> None:
 def test_lr_scheduler_drives_per_player_learning_rates() -> None:
     tg = GAMES["quadratic"]()
     game = tg.build(gameopt.SimGD([0.1, 0.2, 0.3]))
-    sched = torch.optim.lr_scheduler.StepLR(game.algorithm, step_size=2, gamma=0.5)
+    sched = torch.optim.lr_scheduler.StepLR(game.optimizer, step_size=2, gamma=0.5)
     for _ in range(4):
         game.step()
         sched.step()
@@ -391,7 +391,7 @@ def test_one_cycle_lr_cycles_adams_beta1(wrap) -> None:
     tg = GAMES["quadratic"]()
     algo = gameopt.SimGD(0.05, update=gameopt.Adam((0.9, 0.99)))
     game = tg.build(gameopt.Averaging(algo) if wrap else algo)
-    sched = torch.optim.lr_scheduler.OneCycleLR(game.algorithm, max_lr=0.1, total_steps=10, base_momentum=0.8)
+    sched = torch.optim.lr_scheduler.OneCycleLR(game.optimizer, max_lr=0.1, total_steps=10, base_momentum=0.8)
     seen = []
     for _ in range(5):
         game.step()

@@ -197,7 +197,7 @@ def test_resume_is_bit_exact_average_included(dtype) -> None:
     loaded = saved_and_loaded(game.state_dict())
     resumed = tg.build(make(), dtype=dtype)
     resumed.load_state_dict(loaded)
-    assert resumed.algorithm.algo_state["count"] == 4
+    assert resumed.algorithm.state["count"] == 4
     for _ in range(4):
         resumed.step()
     _assert_same(tg.params(), want_w)

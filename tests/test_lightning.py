@@ -16,7 +16,7 @@ pl = pytest.importorskip("lightning.pytorch")
 
 class GANModule(pl.LightningModule):
     """The recipe in the README: the game is built in ``__init__``, Lightning holds
-    its algorithm as the optimizer, each training step is one game step."""
+    its optimizer, each training step is one game step."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -35,7 +35,7 @@ class GANModule(pl.LightningModule):
         return g_loss, d_loss, {"D(x)": torch.sigmoid(real).mean()}
 
     def configure_optimizers(self):
-        return self.game.algorithm
+        return self.game.optimizer
 
     def training_step(self, batch, batch_idx):
         x, z = batch
@@ -69,7 +69,7 @@ def _fit(tmp_path, steps, ckpt_path=None):
 def test_lightning_counts_game_steps_and_its_checkpoints_resume_the_game_bit_for_bit(tmp_path) -> None:
     straight, trainer = _fit(tmp_path / "straight", 8)
     assert trainer.global_step == 8
-    assert straight.game.algorithm.algo_state["rule"]["t"] == 16  # Extra-Adam: two rule updates per step
+    assert straight.game.algorithm.state["rule"]["t"] == 16  # Extra-Adam: two rule updates per step
     # stopped at an epoch's end (Lightning restarts an interrupted epoch's data from its start)
     first, trainer = _fit(tmp_path / "killed", 4)
     assert trainer.global_step == 4

@@ -34,9 +34,9 @@ def kept_storages(game: gameopt.Game) -> set[int]:
     evaluation backup."""
     n = game.layout.data[0].numel()
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
-    states = [game.algorithm.algo_state]
+    states = [game.algorithm.state]
     if isinstance(game.algorithm, gameopt.Lookahead):  # a wrapper: its base's own state too
-        states.append(game.algorithm.base.algo_state)
+        states.append(game.algorithm.base.state)
     held = [t for t in tensors_in(states) if t.numel() == n]
     held += [v[0] for v in game._pool._owned]
     if game._backup is not None:
@@ -51,7 +51,7 @@ def test_a_warm_step_keeps_only_the_state_its_method_needs(name) -> None:
     for _ in range(5):  # Lookahead's synchronizations included
         game.step()
         assert len(kept_storages(game)) == expected
-        state = {t.untyped_storage().data_ptr() for t in tensors_in(game.algorithm.algo_state)}
+        state = {t.untyped_storage().data_ptr() for t in tensors_in(game.algorithm.state)}
         assert all(v[0].untyped_storage().data_ptr() in state for v in game._pool._owned)
 
 

@@ -95,7 +95,7 @@ class Averaging(Wrapper):
     def _bound(self) -> tuple[GameView, Vec]:
         if self.game is None:
             raise RuntimeError("Averaging is not part of a game yet: pass it to gameopt.Game(...)")
-        avg = self.algo_state["avg"]
+        avg = self.state["avg"]
         if [t.shape for t in avg] != [t.shape for t in self.game.layout.data]:
             raise RuntimeError("the players changed since the last step: take a step to carry the average over")
         return self.game, avg

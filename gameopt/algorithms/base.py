@@ -1,13 +1,12 @@
-"""What every algorithm shares: per-player learning rates as torch.optim param
-groups, explicit state, and the (step, new state) contract."""
+"""What every algorithm shares: per-player hyperparameters in param groups (the
+ones the game's :class:`~gameopt.optim.GameOptimizer` shows to torch.optim),
+explicit state, and the (step, new state) contract."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import torch
 
 from ..checks import check_bool, check_number, check_per_player
 from ..state import check_like, clone_state, retyped, tensors_in
@@ -69,14 +68,18 @@ class Hyper:
             group[self.name] = value
 
 
-class Algorithm(torch.optim.Optimizer):
+class Algorithm:
     """Base class of gameopt algorithms.
 
-    An algorithm is a ``torch.optim.Optimizer`` with one param group per player
-    holding that player's ``'lr'`` (so ``torch.optim.lr_scheduler`` works on it).
+    An algorithm holds one param group per player (a dict with that player's
+    ``'lr'`` and the schedulable hyperparameters) and its state (:attr:`state`).
     It is bound to a game by :class:`~gameopt.Game`. Each step it queries the
     game's oracle and returns ``(delta, new_state)``; the game applies
     ``w ← w + delta`` and commits ``new_state`` only if both are finite.
+
+    An algorithm is not a ``torch.optim.Optimizer``: the game's
+    :class:`~gameopt.optim.GameOptimizer` (``game.optimizer``) is, and shares these
+    param groups, so schedulers and Lightning drive the game through it.
 
     Subclasses implement :meth:`init_state` and :meth:`update`.
     """
@@ -97,7 +100,9 @@ class Algorithm(torch.optim.Optimizer):
         for name, value in settings.items():
             setattr(self, name, value)
         self.game: GameView | None = None
-        self.algo_state: State = {}
+        self.param_groups: list[dict[str, Any]] = []  # one per player, once bound
+        self.defaults: dict[str, Any] = {}  # torch.optim's defaults: the first player's values
+        self.state: State = {}
 
     @classmethod
     def hypers(cls) -> dict[str, Hyper]:
@@ -112,7 +117,7 @@ class Algorithm(torch.optim.Optimizer):
     def per_player(self, name: str) -> list[float]:
         """A schedulable hyperparameter's value for each player (checked)."""
         hyper = self.hypers()[name]
-        groups = self.__dict__.get("param_groups")
+        groups = self.param_groups
         if not groups:
             return [self._defaults[name]]
         return [hyper.check(g[name], f"param_groups[{k}].{name}") for k, g in enumerate(groups)]
@@ -133,9 +138,9 @@ class Algorithm(torch.optim.Optimizer):
             {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name, **scheduled}
             for p, lr in zip(game.players, lrs)
         ]
-        torch.optim.Optimizer.__init__(self, groups, {"lr": lrs[0], **scheduled})
+        self.param_groups, self.defaults = groups, {"lr": lrs[0], **scheduled}
         self.game = game
-        self.algo_state = self.init_state(game)
+        self.state = self.init_state(game)
 
     def refresh_params(self, game: GameView) -> None:
         """After the game re-laid its storage, point the param groups at it."""
@@ -173,20 +178,6 @@ class Algorithm(torch.optim.Optimizer):
         """
         raise NotImplementedError
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
-        """``torch.optim.Optimizer``'s contract: one step of the bound game.
-
-        ``closure`` (optional) re-evaluates the model and returns the losses, one per
-        player (optionally followed by a dict of metrics), as ``Game``'s ``losses``
-        does: the algorithm calls it as many times as it evaluates (twice for
-        extragradient), like ``LBFGS`` calls its closure. Without it, the game's
-        own losses are used with no arguments. Returns ``game.step``'s losses. This
-        is what Lightning's manual optimization calls (``opt.step(closure=...)``).
-        """
-        if self.game is None:
-            raise RuntimeError(f"{type(self).__name__} is not part of a game yet: pass it to gameopt.Game(...)")
-        return self.game.step_closure(self.game.losses if closure is None else closure)
-
     # --------------------------------------------------------------- helpers
     def descend(
         self, oracle: OracleInterface, d: Vec, rule_state: State, scratch: bool = False, own_state: bool = False
@@ -206,10 +197,10 @@ class Algorithm(torch.optim.Optimizer):
         return oracle.scale_(out, factors), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+    def state_dict(self) -> dict[str, Any]:
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         # a snapshot: the live state's tensors are reused by later steps
-        return {"type": type(self).__name__, "param_groups": groups, "state": clone_state(self.algo_state)}
+        return {"type": type(self).__name__, "param_groups": groups, "state": clone_state(self.state)}
 
     def check_state_dict(self, state_dict: Any, path: str = "algorithm") -> None:
         """Raise ``ValueError`` (naming what is wrong) unless ``state_dict`` fits this
@@ -234,15 +225,15 @@ class Algorithm(torch.optim.Optimizer):
                 for name in rule.schedulable:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
-        check_like(self.algo_state, state_dict.get("state"), f"{path}.state")
+        check_like(self.state, state_dict.get("state"), f"{path}.state")
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`; a state that does not fit raises ``ValueError``
         and changes nothing."""
         self.check_state_dict(state_dict)
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
-        self.algo_state = retyped(self.algo_state, clone_state(state_dict["state"]))
+        self.state = retyped(self.state, clone_state(state_dict["state"]))
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
@@ -268,10 +259,10 @@ class Wrapper(Algorithm):
 
     def bind(self, game: GameView) -> None:
         self.base.bind(game)
-        self.base.algo_state = {}  # the base's state lives inside this one's, not twice
-        torch.optim.Optimizer.__init__(self, self.base.param_groups, dict(self.base.defaults))
+        self.base.state = {}  # the base's state lives inside this one's, not twice
+        self.param_groups, self.defaults = self.base.param_groups, self.base.defaults
         self.game = game
-        self.algo_state = self.init_state(game)
+        self.state = self.init_state(game)
 
     def refresh_params(self, game: GameView) -> None:
         self.base.refresh_params(game)

@@ -1,0 +1,69 @@
+"""The ``torch.optim`` surface of a game: :class:`GameOptimizer` (``game.optimizer``).
+
+Schedulers, Lightning's manual optimization and step hooks need a
+``torch.optim.Optimizer``. The algorithm is not one (it is a small object with an
+``update``); the game owns this adapter, which shares the algorithm's param groups
+(the very dicts: a scheduler's ``lr`` is the one the next step reads) and runs one
+game step per :meth:`GameOptimizer.step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .algorithms.base import Algorithm
+    from .evaluation import StepLosses
+    from .protocols import Steppable
+
+
+class GameOptimizer(torch.optim.Optimizer):
+    """A game as a ``torch.optim.Optimizer``: one param group per player, the same
+    dicts as ``game.algorithm.param_groups`` (``'lr'``, the schedulable
+    hyperparameters such as ``'gamma'`` or Adam's ``'betas'``, ``'player'``, and the
+    player's fused parameter buffers as ``'params'``).
+
+    * :meth:`step` is one game step. ``closure`` (optional) re-evaluates the model
+      and returns the losses, one per player (optionally followed by a dict of
+      metrics), as the game's ``losses`` does; the algorithm calls it as many times
+      as it evaluates (twice for extragradient), as ``LBFGS`` calls its closure.
+      Without it, the game's own losses are used with no arguments. It returns the
+      step's losses (:meth:`gameopt.Game.step`'s value).
+    * :meth:`state_dict` / :meth:`load_state_dict` are the algorithm's (its param
+      groups and state; a state that does not fit is refused and changes nothing).
+      The per-parameter ``state`` of ``torch.optim`` stays empty: an algorithm's
+      state is joint vectors over all players, which ``state_dict`` carries.
+
+    The game builds it; the players are fixed (no :meth:`add_param_group`).
+    """
+
+    def __init__(self, game: Steppable, algorithm: Algorithm) -> None:
+        self._game: Steppable | None = None
+        super().__init__(algorithm.param_groups, algorithm.defaults)
+        self.param_groups = algorithm.param_groups  # the same list, so the same dicts
+        self.algorithm = algorithm
+        self._game = game
+
+    def step(self, closure: Callable[[], Any] | None = None) -> StepLosses:  # type: ignore[override]
+        """One game step (see the class docstring); returns its losses."""
+        game = self._game
+        if game is None:
+            raise RuntimeError("this GameOptimizer has no game")
+        return game.step_closure(game.losses if closure is None else closure)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.algorithm.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.algorithm.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if self._game is not None:
+            raise TypeError("a game's players are fixed: build a new gameopt.Game to add parameters")
+        super().add_param_group(param_group)
+
+    def __repr__(self) -> str:
+        return f"GameOptimizer({self.algorithm!r})"
