@@ -313,20 +313,14 @@ class Game:
     def _check_ownership(self) -> None:
         owner: dict[int, str] = {}
         for player in self.players:
-            for p in player._params:
+            for p in player.parameters:
                 if id(p) in owner:
                     raise ValueError(f"a parameter is owned by two players: {owner[id(p)]!r} and {player.name!r}")
                 owner[id(p)] = player.name
 
     def _build_layout(self) -> None:
         self.layout = JointLayout(self.players)
-        self._grad_views = []
-        for player in self.players:
-            views = []
-            for p in player._params:
-                buf, idx = player._where[id(p)]
-                views.append(buf.grad_view(idx))
-            self._grad_views.append(views)
+        self._grad_views = [player.grad_views() for player in self.players]
         self._submodules = [m for p in self.players for m in p.submodules]  # checked every step (_unchanged)
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
@@ -360,7 +354,7 @@ class Game:
         return (
             all(map(operator.is_, map(_BUFFERS, self.players), w.buffers))
             and links_intact(w.params, w.ptrs, w.shapes, w.subs, w.names, w.registered)
-            and all(map(Player._registry_intact, self.players))
+            and all(map(Player.registry_intact, self.players))
         )
 
     def _modules(self) -> list[nn.Module]:
@@ -685,9 +679,10 @@ class _Watch:
 
     def __init__(self, players: Sequence[Player]) -> None:
         self.buffers = [p.buffers for p in players]
-        self.subs = [s for p in players for s in p._subs]
-        self.names = [n for p in players for n in p._names]
-        self.registered = [q for p in players for q in p._registered]
+        places = [(sub, name, q) for p in players for q, ps in zip(p.parameters, p.places) for sub, name in ps]
+        self.subs = [sub for sub, _, _ in places]
+        self.names = [name for _, name, _ in places]
+        self.registered = [q for _, _, q in places]
         self.params = [q for p in players for b in p.buffers for q in b.params]
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]

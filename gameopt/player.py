@@ -190,10 +190,6 @@ class Player:
         self.buffers: tuple[FlatBuffer, ...] = buffers
         self._params = params
         self._owners = owners
-        places = [(sub, name, p) for p, ps in zip(params, owners) for sub, name in ps]
-        self._subs = [sub for sub, _, _ in places]
-        self._names = [n for _, n, _ in places]
-        self._registered = [p for _, _, p in places]
         self._where = {id(p): (b, i) for b in self.buffers for i, p in enumerate(b.params)}
         self.constraints = constraints
         self._snapshot(modules)
@@ -202,7 +198,7 @@ class Player:
     def _snapshot(self, modules: list[nn.Module]) -> None:
         """Remember every registration (trainable or not, and every submodule), the
         sizes of the registries and the ``requires_grad`` flags, for
-        :meth:`_registry_intact`. The registry dicts themselves are kept: reading
+        :meth:`registry_intact`. The registry dicts themselves are kept: reading
         ``module._parameters`` costs more than the check."""
         self._modules_seen = modules
         entries = [(m._parameters, n, v) for m in modules for n, v in m._parameters.items()]
@@ -217,7 +213,7 @@ class Player:
         self._flags = list(map(_requires_grad, self._flagged))
 
     # ---------------------------------------------------------------- checking
-    def _registry_intact(self) -> bool:
+    def registry_intact(self) -> bool:
         """True when no parameter or submodule was added, removed or replaced and no
         ``requires_grad`` flag changed since fusing. Iterated in C (three passes, a
         few tenths of a µs per parameter), so a game can run it every step."""
@@ -231,7 +227,7 @@ class Player:
         """Why the module no longer uses this player's buffers, or ``None``: a
         parameter replaced, converted, added, removed, frozen or unfrozen, or a
         submodule added, removed or replaced since fusing."""
-        if self._registry_intact():  # fast path
+        if self.registry_intact():  # fast path
             return self._buffers_stale()
         return self._registry_change() or self._buffers_stale()
 
@@ -343,6 +339,11 @@ class Player:
         """For each fused parameter (in :attr:`parameters` order), the (module,
         attribute name) pairs where it is registered."""
         return [list(places) for places in self._owners]
+
+    def grad_views(self) -> list[Tensor]:
+        """For each fused parameter (in :attr:`parameters` order), its view into the
+        flat gradient buffer."""
+        return [buf.grad_view(idx) for buf, idx in map(self._where.__getitem__, map(id, self._params))]
 
     def relink_grads(self) -> None:
         """Point every parameter's ``.grad`` back into the flat gradient buffers."""

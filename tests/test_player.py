@@ -1201,9 +1201,9 @@ def test_parameter_added_after_fusing_joins_the_buffers() -> None:
     player = Player(m)
     params = list(m.parameters())
     values = player.params.clone()
-    assert player._registry_intact()
+    assert player.registry_intact()
     m.register_parameter("extra", nn.Parameter(torch.tensor([1.0, 2.0], dtype=F64)))
-    assert not player._registry_intact()
+    assert not player.registry_intact()
     assert "'extra' was added to Sequential" in player.why_stale()
     assert player.refresh() and player.why_stale() is None
     # module.parameters() order: the Sequential's own parameter first
@@ -1345,7 +1345,7 @@ def test_game_trains_without_a_parameter_frozen_after_fusing() -> None:
     game.step()
     m[0].bias.requires_grad_(False)
     frozen = m[0].bias.detach().clone()
-    game.players[0].refresh()  # until Game._unchanged runs Player._registry_intact (game.py), re-fuse by hand
+    game.players[0].refresh()  # until Game._unchanged runs Player.registry_intact (game.py), re-fuse by hand
     for _ in range(2):
         game.step()
     assert torch.equal(m[0].bias, frozen)
