@@ -4,6 +4,7 @@ pairs); ACGD against the authors' ``cgds`` at equal tolerance (iterates checked)
 and the number of reverse passes of LA/LOLA/SOS against the number of players.
 
     python -m benchmarks.second_order [--quick]
+    python -m benchmarks.second_order --methods HamiltonianGD,Consensus --paths zero_sum --pairs deep-narrow
 
 Same protocol as ``benchmarks.step_cost`` (interleaved rounds, median of per-round
 ratios) on the same two GAN pairs: zero-sum (losses (−f, f), f the discriminator's
@@ -399,23 +400,37 @@ def backward_passes(name: str, n_players: int) -> int:
 
 def main(argv: list[str] | None = None) -> list[Result]:
     parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default="mlp-2d,deep-narrow", help="comma-separated pairs (default: %(default)s)")
+    parser.add_argument("--methods", default=None, help="comma-separated methods, e.g. HamiltonianGD,Consensus")
+    parser.add_argument(
+        "--paths", default="zero_sum,general", help="zero-sum pairs: gameopt paths to time (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     setup(args)
     rounds = args.rounds or (5 if args.quick else 15)
     target = 0.02 if args.quick else 0.06
+    kinds = [k for k in ("mlp-2d", "deep-narrow") if k in args.pairs.split(",")]
+    chosen = None if args.methods is None else set(args.methods.split(","))
+    wanted = lambda name: chosen is None or name in chosen  # noqa: E731
+    every_path = ((True, "zero_sum=True", "zero_sum"), (False, "general path", "general"))
+    paths = [(zs, label) for zs, label, key in every_path if key in args.paths.split(",")]
     results: list[Result] = []
-    for kind in ("mlp-2d", "deep-narrow"):
+    for kind in kinds:
         pair = Pair(kind)
         check_bare(pair)
         group = f"{kind} zero-sum"
         for name, make in ZERO_SUM.items():
+            if not wanted(name):
+                continue
             ref = bare(pair, name)
-            for zs, label in ((True, "zero_sum=True"), (False, "general path")):
+            for zs, label in paths:
                 step = zero_sum_step(pair, lambda make=make, zs=zs: make(zs))
                 batch = calibrate(ref, step, target_s=target)
                 r = compare(group, f"gameopt {name} {label}", f"bare {name}", ref, step, rounds=rounds, batch=batch)
                 results.append(r)
                 print(f"{group:<22} {name + ' ' + label:<34} {r.ratio:6.3f}x bare", flush=True)
+        if not wanted("SGA"):
+            continue
         seq, bat = bare(pair, "SGA"), bare(pair, "SGA", batched=True)
         batch = calibrate(seq, bat, target_s=target)
         r = compare(group, "bare SGA, batched products", "bare SGA", seq, bat, rounds=rounds, batch=batch)
@@ -429,48 +444,59 @@ def main(argv: list[str] | None = None) -> list[Result]:
         results.append(r)
         print(f"{group:<22} {name:<40} {r.ratio:6.3f}x {base}", flush=True)
 
-    for kind in ("mlp-2d", "deep-narrow"):
+    for kind in kinds if any(map(wanted, (*SHAPING, "CGD"))) else ():
         pair = Pair(kind)
         check_references(pair)
         for name, make in SHAPING.items():
+            if not wanted(name):
+                continue
             note = "general-sum losses; the same reverse passes (2 per player, SOS 3)"
             measure(kind, f"gameopt {name}", f"bare {name}", bare_shaping(pair, name), gameopt_step(pair, make), note)
+        if not wanted("CGD"):
+            continue
         group = f"{kind} zero-sum"
         note = "c + η² B Bᵀ c on a kept graph: two Hessian-vector products"
         ours, ref = krylov_product(pair, ours=True), krylov_product(pair, ours=False)
         measure(group, "gameopt CGD Krylov product", "bare Krylov product", ref, ours, note)
         note = "warm-started CG, at most 5 iterations (fewer where r = 0)"
         measure(group, "gameopt CGD zero_sum (5 CG iterations)", "bare CGD", bare_cgd(pair, 5), cgd_step(pair, 5), note)
-    for kind in ("mlp-2d", "deep-narrow"):
+    for kind in kinds if any(wanted(name.split()[0]) for name in SECOND_ORDER) else ():
         pair = Pair(kind)
         check_by_hand(pair)
         xi = plain_xi(pair)
         for name, make in SECOND_ORDER.items():
+            if not wanted(name.split()[0]):
+                continue
             step = gameopt_step(pair, make)
             batch = calibrate(xi, step, target_s=target)
             r = compare(kind, f"gameopt {name}", "plain xi", xi, step, rounds=rounds, batch=batch)
             results.append(r)
             print(f"{kind:<12} {name:<26} {r.ratio:6.2f}x xi", flush=True)
-        for method in ("Consensus", "SGA"):
+        for method in filter(wanted, ("Consensus", "SGA")):
             fn = by_hand(pair, method)
             batch = calibrate(xi, fn, target_s=target)
             r = compare(kind, f"ref: {method} by hand", "plain xi", xi, fn, rounds=rounds, batch=batch)
             r.note = "unfused; create_graph ξ, grad of ½‖ξ‖²" + (", double-vjp Jξ" if method == "SGA" else "")
             results.append(r)
             print(f"{kind:<12} {'ref: ' + method + ' by hand':<26} {r.ratio:6.2f}x xi", flush=True)
-    res, diff = acgd_pair(rounds, target)
-    res.note = f"max relative iterate difference after the run: {diff:.1e}"
-    results.append(res)
+    if wanted("ACGD"):
+        res, diff = acgd_pair(rounds, target)
+        res.note = f"max relative iterate difference after the run: {diff:.1e}"
+        results.append(res)
     print_table(results, "Second-order step cost (ratio to one plain xi; ACGD: gameopt / cgds)")
-    print(f"ACGD: gameopt is {1 / res.ratio:.2f}x faster per step than cgds; iterates agree to {diff:.1e} (relative)")
-    print("\nreverse passes (autograd.grad calls) per step on an n-player quadratic game:")
-    print(f"{'n players':<12}" + "".join(f"{n:>8}" for n in (2, 4, 8, 16)))
-    for name in ("LA", "LOLA", "SOS"):
-        counts = [backward_passes(name, n) for n in (2, 4, 8, 16)]
-        print(f"{name:<12}" + "".join(f"{c:>8}" for c in counts))
+    if wanted("ACGD"):
+        print(f"ACGD: gameopt is {1 / res.ratio:.2f}x faster per step than cgds; iterates agree to {diff:.1e} (rel.)")
+    if any(map(wanted, SHAPING)):
+        print("\nreverse passes (autograd.grad calls) per step on an n-player quadratic game:")
+        print(f"{'n players':<12}" + "".join(f"{n:>8}" for n in (2, 4, 8, 16)))
+        for name in filter(wanted, SHAPING):
+            counts = [backward_passes(name, n) for n in (2, 4, 8, 16)]
+            print(f"{name:<12}" + "".join(f"{c:>8}" for c in counts))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    save_csv(results, out / ("second_order_quick.csv" if args.quick else "second_order.csv"))
+    stem = "second_order_quick" if args.quick else "second_order"
+    partial = chosen is not None or len(kinds) < 2 or len(paths) < 2
+    save_csv(results, out / f"{stem}{'_selected' if partial else ''}.csv")
     return results
 
 

@@ -405,16 +405,16 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     xi = plain_xi(pair)
     step = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
     game = step.game  # type: ignore[attr-defined]
-    args = (pair.x, pair.z)
-    oracle = Oracle(game, args, {})
+    closure = functools.partial(game.losses, pair.x, pair.z)
+    oracle = Oracle(game, closure)
     alg = game.algorithm
     grads = game.layout.grad
     delta, _ = alg.descend(oracle, grads, alg.state["rule"])
     zero = [torch.zeros_like(t) for t in delta]
     pieces: dict[str, Callable[[], object]] = {
         "Game.step (SimGD), all of it": step,
-        "autodiff.first_order (xi into flat grad)": lambda: autodiff.first_order(game._problem, [0, 1], args, {}),
-        "Game._sync (Player.check/stale)": game._sync,
+        "autodiff.first_order (xi into flat grad)": lambda: autodiff.first_order(game._problem, [0, 1], closure),
+        "Game._sync (Player.why_stale)": game._sync,
         "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
         # outside a step nothing returns the pool's vectors: recycle after each call
@@ -423,7 +423,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
             game._pool.recycle(tensors_in(alg.state)),
         ),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
-        "Oracle(...) construction": lambda: Oracle(game, args, {}),
+        "Oracle(...) construction": lambda: Oracle(game, closure),
     }
     desc = pair.describe()
     specs = []

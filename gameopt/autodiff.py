@@ -1,8 +1,11 @@
 """The one place that knows autograd's subtleties.
 
-* First-order ξ: ``autograd.grad`` of each player's loss with respect to that
-  player's own parameters only (a pruned backward, no ``create_graph``, no hooks
-  firing), copied into the fused gradient buffers with one ``_foreach_copy_``.
+* First-order ξ: a backward of each player's loss pruned to that player's own
+  parameters (no ``create_graph``). A player with large tensors gets its gradient
+  through ``.grad``, one tensor at a time (gameopt's relinking hook copies each into
+  the buffer, so the player's gradient is never alive whole beside it); a player
+  with small ones has it captured with ``autograd.grad`` and copied with one
+  ``_foreach_copy_`` (cheaper per tensor). The same bits either way.
 * Jacobian products: each player buffer's slice of the joint storage becomes a
   leaf (``detach().requires_grad_()`` shares the storage); ``torch.split`` views
   of it are substituted for the module's parameters while the losses run;
@@ -21,6 +24,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 import re
@@ -90,7 +94,14 @@ def first_order(
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
     detached losses and the metrics. Other players' gradient buffers are left untouched.
     With ``scale`` (loss scaling), the losses are differentiated times ``scale`` and
-    the gradients divided by it (an overflow shows as a non-finite ξ)."""
+    the gradients divided by it (an overflow shows as a non-finite ξ).
+
+    Each player's backward is pruned to its own parameters. A player whose tensors
+    are large (:data:`_IN_PLACE`) gets its gradient into its buffer through ``.grad``,
+    one tensor at a time (:func:`_through_grad`: the player's gradient is never alive
+    whole beside the buffer); the others' gradients are captured (``autograd.grad``)
+    and copied into the buffers, several players at once (:data:`_COPY_BATCH`). Both
+    write the same bits."""
     losses, metrics = evaluate_losses(problem, closure)
     if scale != 1.0:
         losses = [loss * scale for loss in losses]
@@ -98,39 +109,123 @@ def first_order(
     dst: list[Tensor] = []
     src: list[Tensor] = []
     pending = 0
-    with torch.no_grad():  # the copies; autograd.grad itself does not depend on grad mode
-        for k, i in enumerate(which):
-            name = problem.names[i]
-            try:
-                grads = torch.autograd.grad(losses[i], problem.params[i], retain_graph=k < last, allow_unused=True)
-            except RuntimeError as err:
-                if losses[i].grad_fn is None:
-                    raise _no_path(name) from err
-                raise
-            views = problem.grad_views[i]
-            if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
-                dst += views  # the common case
-                src += grads
-            else:
-                have = [(v, g) for v, g in zip(views, grads) if g is not None]
-                if not have:
-                    raise _no_path(name)
-                for v, g in zip(views, grads):
-                    if g is None:
-                        v.zero_()
-                dst += [v for v, _ in have]
-                src += [g.to_dense() if g.is_sparse else g for _, g in have]
-            # copy many small players' gradients at once; large ones right away (memory)
-            pending += problem.sizes[i]
-            if k == last or pending >= _COPY_BATCH:
-                torch._foreach_copy_(dst, src)
-                if scale != 1.0:
-                    torch._foreach_div_(dst, scale)
-                dst, src, pending = [], [], 0
+    for k, i in enumerate(which):
+        if _in_place(problem, i):
+            _through_grad(problem, i, losses[i], retain_graph=k < last)
+            if scale != 1.0:
+                with torch.no_grad():
+                    torch._foreach_div_(problem.grad_views[i], scale)
+            continue
+        pending += _captured(problem, i, losses[i], k < last, dst, src)
+        # copy many small players' gradients at once; large ones right away (memory)
+        if pending >= _COPY_BATCH:
+            _copy_into(dst, src, scale)
+            dst, src, pending = [], [], 0
+    if dst:
+        _copy_into(dst, src, scale)
     return [(loss.detach() / scale).reshape(()) for loss in losses], metrics
 
 
 _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into the buffers
+#: a player whose parameter tensors hold at least this many elements on average gets
+#: its gradient through ``.grad`` (one tensor alive at a time; a few µs more per
+#: tensor), a smaller one has it captured and copied (cheaper per tensor)
+_IN_PLACE = 1 << 12
+_grad = operator.attrgetter("grad")
+
+
+def _captured(problem: Problem, i: int, loss: Tensor, retain_graph: bool, dst: list[Tensor], src: list[Tensor]) -> int:
+    """``autograd.grad`` of player i's loss: queue its gradients (``src``) for a copy into
+    its views (``dst``); a view no gradient reaches is zeroed now. Returns its size."""
+    with torch.no_grad():  # the zeroing; autograd.grad itself does not depend on grad mode
+        try:
+            grads = torch.autograd.grad(loss, problem.params[i], retain_graph=retain_graph, allow_unused=True)
+        except RuntimeError as err:
+            if loss.grad_fn is None:
+                raise _no_path(problem.names[i]) from err
+            raise
+        views = problem.grad_views[i]
+        if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
+            dst += views  # the common case
+            src += grads
+        else:
+            have = [(v, g) for v, g in zip(views, grads) if g is not None]
+            if not have:
+                raise _no_path(problem.names[i])
+            for v, g in zip(views, grads):
+                if g is None:
+                    v.zero_()
+            dst += [v for v, _ in have]
+            src += [g.to_dense() if g.is_sparse else g for _, g in have]
+    return problem.sizes[i]  # ``grads`` goes with this frame: once copied, no gradient outlives its batch
+
+
+def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
+    with torch.no_grad():
+        torch._foreach_copy_(dst, src)
+        if scale != 1.0:
+            torch._foreach_div_(dst, scale)
+
+
+def _in_place(problem: Problem, i: int) -> bool:
+    """Whether player i's gradient goes into its buffer through ``.grad``: large
+    tensors, every ``.grad`` its buffer's view or ``None``, and no post-accumulate-grad
+    hook but gameopt's own relinking one (``autograd.grad``, the other path, fires
+    none: users' hooks behave the same on both)."""
+    params = problem.params[i]
+    if not params or problem.sizes[i] < _IN_PLACE * len(params):
+        return False
+    views = problem.grad_views[i]
+    if not all(map(operator.is_, map(_grad, params), views)):
+        if any(g is not None and g is not v for g, v in zip(map(_grad, params), views)):
+            return False  # a gradient of the user's own (one with a graph, say): left as it is
+    for p in params:  # few tensors here (large ones)
+        hooks = p._post_accumulate_grad_hooks
+        if not hooks or not all(getattr(fn, "_gameopt_relink", False) for fn in hooks.values()):
+            return False
+    return True
+
+
+def _through_grad(problem: Problem, i: int, loss: Tensor, retain_graph: bool) -> None:
+    """Player i's gradient into its buffer through ``.grad``, one tensor at a time: with
+    every ``.grad`` set to ``None``, ``backward(inputs=...)`` hands each parameter its
+    gradient (AccumulateGrad takes the tensor, no copy) and runs gameopt's relinking
+    hook, which copies it into the buffer's view (densified if sparse) and makes the
+    view ``.grad`` again; the tensor is freed there. A player's gradient is never alive
+    whole beside the buffer, and the buffer holds what the other path's copy writes."""
+    params, views = problem.params[i], problem.grad_views[i]
+    for p in params:
+        p.grad = None
+    try:
+        torch.autograd.backward(loss, inputs=params, retain_graph=retain_graph)
+    except BaseException as err:
+        _relink(problem, i, check=False)
+        if isinstance(err, RuntimeError) and loss.grad_fn is None:
+            raise _no_path(problem.names[i]) from err
+        raise
+    if not all(map(operator.is_, map(_grad, params), views)):
+        _relink(problem, i)
+
+
+def _relink(problem: Problem, i: int, check: bool = True) -> None:
+    """After :func:`_through_grad`: a parameter the backward did not reach (``.grad``
+    still ``None``) gets exact zeros, as ``autograd.grad``'s ``None`` does on the other
+    path; each ``.grad`` is the view again; with ``check``, none reached is a
+    :class:`LossError`."""
+    params, views = problem.params[i], problem.grad_views[i]
+    reached = 0
+    with torch.no_grad():
+        for p, v in zip(params, views):
+            g = p.grad
+            if g is None:
+                v.zero_()
+            else:
+                reached += 1
+                if g is not v:  # not relinked by the hook (an error midway): copy it
+                    v.copy_(g.to_dense() if g.is_sparse else g)
+            p.grad = v
+    if check and not reached:
+        raise _no_path(problem.names[i])
 
 
 @contextlib.contextmanager
@@ -213,6 +308,7 @@ class Linearization:
     ) -> None:
         self.problem, self.closure, self.scale = problem, closure, scale
         self.evaluations = evaluations
+        self._spent = False  # a product with last=True freed the graph
         self._mean = problem.mean_
         layout = problem.layout
         self.layout = layout
@@ -262,10 +358,18 @@ class Linearization:
         return torch.zeros(buf.numel, dtype=buf.dtype, device=buf.device)
 
     def _grad(
-        self, outputs: list[Tensor], grad_outputs: list[Tensor] | None, ins: list[int], create_graph: bool = False
+        self,
+        outputs: list[Tensor],
+        grad_outputs: list[Tensor] | None,
+        ins: list[int],
+        create_graph: bool = False,
+        last: bool = False,
     ) -> dict[int, Tensor | None]:
         """Reverse mode: Σ ⟨outputs, grad_outputs⟩ differentiated against the inputs
-        of entries ``ins``; one flat tensor (or None if unreachable) per entry."""
+        of entries ``ins``; one flat tensor (or None if unreachable) per entry.
+        ``last``: free the graph as the pass goes (no product may follow)."""
+        _check_unspent(self)
+        self._spent = last
         keep = [n for n, o in enumerate(outputs) if o.requires_grad]
         inputs = [t for k in ins for t in self.inputs[k]]
         if not keep:
@@ -274,7 +378,7 @@ class Linearization:
             [outputs[n] for n in keep],
             inputs,
             grad_outputs=None if grad_outputs is None else [grad_outputs[n] for n in keep],
-            retain_graph=True,
+            retain_graph=create_graph or not last,
             create_graph=create_graph,
             allow_unused=True,
         )
@@ -292,11 +396,11 @@ class Linearization:
                 out[k] = _flatten(self.layout.entries[k], part)
         return out
 
-    def _reverse(self, outs: list[int], u: Vec, ins: list[int]) -> dict[int, Tensor | None]:
+    def _reverse(self, outs: list[int], u: Vec, ins: list[int], last: bool = False) -> dict[int, Tensor | None]:
         """Σ_{k in outs} (∂ξ_k/∂w_ins)ᵀ u_k."""
         pieces = [self.pieces[k] for k in outs]
         us = [self.layout.entry_view(u, self.layout.entries[k]) for k in outs]
-        return self._grad(pieces, us, ins)
+        return self._grad(pieces, us, ins, last=last)
 
     def _to_vec(self, parts: dict[int, Tensor | None]) -> Vec:
         layout = self.layout
@@ -338,8 +442,8 @@ class Linearization:
     # -------------------------------------------------------------- products
     # Every public product is averaged across ranks in a data-parallel game (one
     # collective each); the _local_ ones are this rank's alone.
-    def _local_vjp(self, u: Vec) -> Vec:
-        return self._to_vec(self._reverse(self._all(), u, self._all()))
+    def _local_vjp(self, u: Vec, last: bool = False) -> Vec:
+        return self._to_vec(self._reverse(self._all(), u, self._all(), last=last))
 
     def _local_diag(self, v: Vec) -> Vec:
         parts: dict[int, Tensor | None] = {}
@@ -347,9 +451,10 @@ class Linearization:
             parts.update(self._reverse(ks, v, ks))
         return self._to_vec(parts)
 
-    def vjp(self, u: Vec) -> Vec:
-        """Jᵀ u."""
-        return self._mean(self._local_vjp(u))
+    def vjp(self, u: Vec, last: bool = False) -> Vec:
+        """Jᵀ u. ``last``: no product follows (the graph is freed during this pass:
+        less memory held, a little faster; a later product raises)."""
+        return self._mean(self._local_vjp(u, last))
 
     def diag(self, v: Vec) -> Vec:
         """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
@@ -514,6 +619,29 @@ class Linearization:
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
+def _check_unspent(lin: Linearization | ZeroSumLinearization) -> None:
+    if lin._spent:
+        raise RuntimeError("this linearization's graph was freed by a product with last=True: linearize again")
+
+
+def _packed(layout: JointLayout, g: int) -> bool:
+    """The parameters of joint group ``g`` tile it in storage order, each contiguous
+    (no padding): the group is the ``cat`` of their flattened tensors."""
+    end = 0
+    for e in layout.group_entries(g):
+        for seg in e.buffer.segments:
+            if e.start + seg.offset != end or not seg.contiguous:
+                return False
+            end += seg.numel
+    return end == layout.data[g].numel()
+
+
+def _cat(tensors: Sequence[Tensor]) -> Tensor:
+    """A new flat tensor: the flattened ``tensors`` one after the other."""
+    flat = torch._C._nn.flatten_dense_tensors(tensors)
+    return flat.clone() if len(tensors) == 1 else flat  # of one tensor, flatten returns a view
+
+
 class ZeroSumLinearization:
     """ξ with its graph for a two-player zero-sum game given as losses (f, −f).
 
@@ -521,9 +649,11 @@ class ZeroSumLinearization:
     parameters gives ∇f with its graph. With H = ∇²f (symmetric) and
     S = diag(I, −I) (player 0 minimizes f, player 1 minimizes −f): ξ = S∇f,
     J = S H, so every product is a Hessian-vector product through that one kept
-    graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The flat leaves are one per joint
-    group (one ``split`` and one ``cat`` per pass, whatever the number of players'
-    buffers), and the products come back as joint vectors with no copy.
+    graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The inputs are the parameters
+    themselves, as in the bare code (no flat leaf, no substitution: no ``split``,
+    view or ``cat`` node in either pass); the per-parameter results become joint
+    vectors with one ``cat`` (or ``_foreach_copy_``) outside the graph, and Jᵀξ's
+    grad_outputs are ∇f's own per-parameter tensors.
 
     Same interface as :class:`Linearization`. The losses must be exactly (f, −f)
     (checked on their values each time: one scalar read).
@@ -544,20 +674,14 @@ class ZeroSumLinearization:
             raise ValueError(f"zero_sum=True is for two-player games given as losses (f, -f), got {n} players")
         self.problem, self.closure, self.evaluations = problem, closure, evaluations
         self.scale, self.batched = scale, batched
+        self._spent = False  # a product with last=True freed the graph
         self._mean = problem.mean_
         layout = self.layout = problem.layout
-        self.functional = problem.functional
-        values: dict[int, Tensor] = {}
-        self.inputs: list[list[Tensor]] = []  # per group: the tensors differentiated against
-        for g, data in enumerate(layout.data):
-            if self.functional:
-                leaf = data.detach().requires_grad_()
-                values.update((id(p), view) for p, view in layout.param_views(g, leaf))
-                self.inputs.append([leaf])
-            else:
-                self.inputs.append([p for e in layout.group_entries(g) for p in e.buffer.params])
+        # per group: the parameters differentiated against, in storage order
+        self.inputs = [[p for e in layout.group_entries(g) for p in e.buffer.params] for g in range(len(layout.data))]
         self._flat_inputs = [t for ins in self.inputs for t in ins]
-        with jacobian_mode(problem), _substituted(problem, values) if self.functional else contextlib.nullcontext():
+        self._packed = [_packed(layout, g) for g in range(len(layout.data))]
+        with jacobian_mode(problem):
             self.losses, self.metrics = evaluate_losses(problem, closure)
             f = self.losses[0]
             if f.grad_fn is None:
@@ -569,36 +693,53 @@ class ZeroSumLinearization:
             )
         if scale != 1.0:
             grads = tuple(None if t is None else t / scale for t in grads)  # every product below is unscaled
-        self._outputs = [t for t in grads if t is not None and t.requires_grad]  # ∇f with its graph
         self._keep = [k for k, t in enumerate(grads) if t is not None and t.requires_grad]
-        self.grad_f = self._to_vec([None if t is None else t.detach() for t in grads])
-        self.xi = self._signed(self.grad_f)
+        self._outputs = [grads[k] for k in self._keep]  # ∇f with its graph
+        self._grad_f = [None if t is None else t.detach() for t in grads]  # ∇f per input
+        self.xi = self._sign_(self._to_vec(self._grad_f))
         self._mean(self.xi)
+
+    @functools.cached_property
+    def grad_f(self) -> Vec:
+        """∇f on this rank, as a joint vector (a new one)."""
+        return self._to_vec(self._grad_f)
 
     # ------------------------------------------------------------ primitives
     def _to_vec(self, per_input: Sequence[Tensor | None]) -> Vec:
         """A joint vector from one tensor (or None: zero) per input."""
-        if self.functional:
-            return Vec(torch.zeros_like(d) if t is None else t for t, d in zip(per_input, self.layout.data))
-        out = self.layout.zeros()
-        dst, src = [], []
-        pos = 0
-        for g, ins in enumerate(self.inputs):
-            for (_, view), t in zip(self.layout.param_views(g, out[g]), per_input[pos : pos + len(ins)]):
-                if t is not None:
-                    dst.append(view)
-                    src.append(t)
+        if any(self.problem.sparse):
+            per_input = [t.to_dense() if t is not None and t.is_sparse else t for t in per_input]
+        parts, pos = [], 0
+        for ins in self.inputs:
+            parts.append(per_input[pos : pos + len(ins)])
             pos += len(ins)
         with torch.no_grad():
+            if all(self._packed) and all(t is not None for t in per_input):
+                # the parameters tile each group in order: one cat per group
+                return Vec(map(_cat, parts))
+            out = self.layout.zeros()
+            dst, src = [], []
+            for g, part in enumerate(parts):
+                for (_, view), t in zip(self.layout.param_views(g, out[g]), part):
+                    if t is not None:
+                        dst.append(view)
+                        src.append(t)
             if dst:
                 torch._foreach_copy_(dst, src)
         return out
 
-    def _split(self, v: Vec) -> list[Tensor]:
-        """``v`` as one tensor per input (the grad_outputs of a product)."""
-        if self.functional:
-            return list(v)
-        return [view for g in range(len(self.inputs)) for _, view in self.layout.param_views(g, v[g])]
+    def _split(self, v: Vec | list[Tensor]) -> list[Tensor]:
+        """``v`` as one tensor per input (the grad_outputs of a product); ∇f's own
+        per-input tensors (``self._grad_f``) are taken as they are."""
+        if v is self._grad_f:
+            return v
+        out: list[Tensor] = []
+        for g, (ins, flat) in enumerate(zip(self.inputs, v)):
+            if self._packed[g]:
+                out += torch._C._nn.unflatten_dense_tensors(flat, ins)
+            else:
+                out += [view for _, view in self.layout.param_views(g, flat)]
+        return out
 
     def _signed(self, v: Vec) -> Vec:
         """S v: a new vector, player 1's part negated."""
@@ -612,8 +753,11 @@ class ZeroSumLinearization:
             self.layout.entry_view(v, e).neg_()
         return v
 
-    def _hvps(self, vs: list[Vec]) -> list[Vec]:
-        """H v for each v: in sequence, or batched in one double backward."""
+    def _hvps(self, vs: list[Vec | list[Tensor]], last: bool = False) -> list[Vec]:
+        """H v for each v: in sequence, or batched in one double backward. ``last``:
+        the graph is freed during the last pass (no product may follow)."""
+        _check_unspent(self)
+        self._spent = last
         if not self._outputs:
             return [self.layout.zeros() for _ in vs]
         if len(vs) > 1 and self.batched:
@@ -623,22 +767,22 @@ class ZeroSumLinearization:
                 self._outputs,
                 self._flat_inputs,
                 grad_outputs=stacked,
-                retain_graph=True,
+                retain_graph=not last,
                 allow_unused=True,
                 is_grads_batched=True,
             )
             return [self._to_vec([None if t is None else t[n].detach() for t in res]) for n in range(len(vs))]
         out = []
-        for v in vs:
+        for n, v in enumerate(vs, 1):
             part = self._split(v)
             res = torch.autograd.grad(
                 self._outputs,
                 self._flat_inputs,
                 grad_outputs=[part[k] for k in self._keep],
-                retain_graph=True,
+                retain_graph=not last or n < len(vs),
                 allow_unused=True,
             )
-            out.append(self._to_vec([None if t is None else t.detach() for t in res]))
+            out.append(self._to_vec(res))  # no graph: nothing to detach
         return out
 
     def _only(self, v: Vec, i: int) -> Vec:
@@ -649,10 +793,11 @@ class ZeroSumLinearization:
         """H v, H = ∇²f."""
         return self._mean(self._hvps([v])[0])
 
-    def vjp(self, u: Vec) -> Vec:
-        """Jᵀ u = H S u (Jᵀξ = H∇f: no copy, where ξ is this rank's own)."""
+    def vjp(self, u: Vec, last: bool = False) -> Vec:
+        """Jᵀ u = H S u (Jᵀξ = H∇f: no copy, where ξ is this rank's own). ``last``: no
+        product follows (the graph is freed during this pass; a later product raises)."""
         own = u is self.xi and not self.problem.parallel
-        return self._mean(self._hvps([self.grad_f if own else self._signed(u)])[0])
+        return self._mean(self._hvps([self._grad_f if own else self._signed(u)], last)[0])
 
     def jvp(self, v: Vec) -> Vec:
         """J v = S H v."""

@@ -390,8 +390,7 @@ class Game:
             yield
             return
         data = self.layout.data
-        if self._backup is None:
-            self._backup = self.layout.empty()
+        self._backup = self.layout.empty()  # the current point, only while away from it
         torch._foreach_copy_(self._backup, data)
         try:
             with torch.no_grad():
@@ -409,6 +408,7 @@ class Game:
             yield
         finally:
             torch._foreach_copy_(data, self._backup)
+            self._backup = None  # not held through the rest of the step (its peak)
 
     # -------------------------------------------------------- feasible sets
     def _param_view(self, vec: Vec, e: Any, k: int) -> Tensor:
@@ -572,10 +572,9 @@ class Game:
             log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
             return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
         finally:
-            # keep only what the committed state holds: the pool's other vectors and the
-            # point's backup (Extragradient's) live within the step only
+            # keep only what the committed state holds: the pool's other vectors live
+            # within the step only
             self._pool.recycle(tensors_in(kept))
-            self._backup = None
         if self.loss_scale is not None:
             self.loss_scale.update(finite=True)
         self._steps += 1

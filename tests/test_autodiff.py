@@ -163,3 +163,162 @@ def test_second_order_step_on_a_conv_gan_in_training_mode() -> None:
     game.step()
     assert not torch.equal(gen.fc.weight, ref.fc.weight)
     assert all(torch.isfinite(t).all() for t in game.layout.data)
+
+
+# ------------------------------------------ first-order ξ: through .grad or captured (issue 13)
+from gameopt import autodiff  # noqa: E402
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).view(torch.int64 if t.dtype == torch.float64 else torch.int32)
+
+
+def _through_grad(monkeypatch, on: bool) -> list[int]:
+    """Every player through ``.grad`` (``on``) or every player captured; returns the
+    players that went through ``.grad``, as they do."""
+    monkeypatch.setattr(autodiff, "_IN_PLACE", 0 if on else 1 << 62)
+    went: list[int] = []
+    real = autodiff._through_grad
+
+    def counted(problem, i, *args, **kwargs):
+        went.append(i)
+        return real(problem, i, *args, **kwargs)
+
+    monkeypatch.setattr(autodiff, "_through_grad", counted)
+    return went
+
+
+def _field_cases():
+    def mlp_pair():
+        torch.manual_seed(0)
+        gen = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)).double()
+        disc = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1), nn.ReLU()).double()
+        x, z = torch.randn(16, 2, dtype=torch.float64), torch.randn(16, 3, dtype=torch.float64)
+
+        def losses():
+            d_fake = disc(gen(z))
+            return nn.functional.softplus(-d_fake).mean(), (disc(x) - d_fake).square().mean()
+
+        return [gen, disc], losses
+
+    def unused_parameter():
+        torch.manual_seed(1)
+        used, unused, other = nn.Linear(2, 2).double(), nn.Linear(2, 2).double(), nn.Linear(2, 2).double()
+        x = torch.randn(4, 2, dtype=torch.float64)
+
+        def losses():
+            y = other(used(x))
+            return y.square().sum(), (y - 1).square().sum()
+
+        return [nn.ModuleList([used, unused]), other], losses
+
+    def sparse_embedding():
+        torch.manual_seed(2)
+        emb, head = nn.Embedding(10, 3, sparse=True).double(), nn.Linear(3, 1).double()
+        idx = torch.tensor([1, 1, 4, 7, 7, 7])
+
+        def losses():
+            y = head(emb(idx))
+            return -y.mean(), y.square().mean()
+
+        return [emb, head], losses
+
+    return {"mlp": mlp_pair, "unused parameter": unused_parameter, "sparse embedding": sparse_embedding}
+
+
+@pytest.mark.parametrize("case", list(_field_cases()))
+@pytest.mark.parametrize("scale", [1.0, 2.0**10])
+def test_first_order_through_grad_writes_the_bits_of_the_captured_copy(monkeypatch, case, scale) -> None:
+    """Both ways into the gradient buffers (``autograd.grad`` and a copy; ``backward``
+    into ``.grad`` with gameopt's relinking hook) write the same bits: exact zeros
+    for an unused parameter, dense sparse gradients, loss scaling; ``.grad`` stays
+    the buffer's view and the players stay fused."""
+    fields = []
+    for on in (False, True):
+        went = _through_grad(monkeypatch, on)
+        players, losses = _field_cases()[case]()
+        game = gameopt.Game(players, losses)
+        for i in range(len(players)):
+            game.layout.player_views(game.layout.grad, i)[0].fill_(float("nan"))  # stale contents
+        autodiff.first_order(game._problem, [0, 1], losses, scale)
+        fields.append([game.layout.grad[0].clone()])
+        for player, views in zip(game.players, game._problem.grad_views):
+            assert all(p.grad is v for p, v in zip(player.parameters, views))
+            assert player.why_stale() is None
+        if case == "unused parameter":
+            unused = players[0][1]
+            assert not torch.signbit(unused.weight.grad).any() and not unused.weight.grad.any()
+        assert went == ([0, 1] if on else [])
+    assert torch.equal(_bits(fields[0][0]), _bits(fields[1][0]))
+
+
+def test_first_order_through_grad_steps_match_bit_for_bit(monkeypatch) -> None:
+    results = []
+    for on in (False, True):
+        _through_grad(monkeypatch, on)
+        players, losses = _field_cases()["mlp"]()
+        game = gameopt.Game(players, losses, algorithm=gameopt.Extragradient(0.05, update=gameopt.Adam()))
+        for _ in range(3):
+            game.step()
+        results.append([t.clone() for t in [*game.layout.data, *game.layout.grad]])
+    assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["captured", "through .grad"])
+def test_first_order_a_loss_without_its_parameters_is_a_loss_error_and_links_stay(monkeypatch, on) -> None:
+    from gameopt.evaluation import LossError
+
+    _through_grad(monkeypatch, on)
+    a, b = nn.Linear(2, 2).double(), nn.Linear(2, 2).double()
+    x = torch.randn(3, 2, dtype=torch.float64)
+    for second in (lambda y: y.sum(), lambda y: torch.tensor(1.0, dtype=torch.float64)):
+        players = [gameopt.Player(a, name="a"), gameopt.Player(b, name="b")]
+        game = gameopt.Game(players, lambda second=second: [b(a(x)).sum(), second(a(x))])
+        with pytest.raises(LossError, match="player 'b' does not depend"):
+            autodiff.first_order(game._problem, [0, 1], game.losses)
+        for player, views in zip(game.players, game._problem.grad_views):
+            assert all(p.grad is v for p, v in zip(player.parameters, views))
+
+
+@pytest.mark.parametrize("on", [False, True], ids=["captured", "through .grad"])
+def test_first_order_users_tensor_hooks_behave_the_same_on_both_paths(monkeypatch, on) -> None:
+    """A tensor hook (``register_hook``) fires once per evaluation and may change the
+    gradient, on both paths; a post-accumulate-grad hook of the user's never fires
+    during a step (the player's gradient is then captured, as ``autograd.grad`` does)."""
+    went = _through_grad(monkeypatch, on)
+    a, b = nn.Linear(2, 2).double(), nn.Linear(2, 2).double()
+    x = torch.randn(3, 2, dtype=torch.float64)
+    calls: list[str] = []
+    a.weight.register_hook(lambda g: calls.append("pre") or 2 * g)
+    b.weight.register_post_accumulate_grad_hook(lambda p: calls.append("post"))
+    game = gameopt.Game([a, b], lambda: [b(a(x)).square().sum(), b(a(x)).sum()])
+    for _ in range(2):
+        ref = torch.autograd.grad(b(a(x)).square().sum(), a.weight)[0]  # the hook doubles it here too
+        calls.clear()
+        assert torch.equal(game.vector_field()[0][: ref.numel()], ref.reshape(-1))
+        game.step()
+        assert calls == ["pre", "pre"]  # vector_field's evaluation and the step's; never "post"
+    assert set(went) == ({0} if on else set())  # the player with the user's post-accumulate hook: captured
+    for player, views in zip(game.players, game._problem.grad_views):
+        assert all(p.grad is v for p, v in zip(player.parameters, views))
+
+
+def test_first_order_through_grad_writes_each_gradient_before_the_next_arrives(monkeypatch) -> None:
+    """Through ``.grad`` a player's gradient is never alive whole beside the buffer:
+    when the last parameter's gradient arrives, the others' are in the buffer already."""
+    went = _through_grad(monkeypatch, True)
+    torch.manual_seed(3)
+    net = nn.Sequential(*[nn.Linear(4, 4) for _ in range(4)]).double()
+    other = nn.Linear(4, 1).double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    game = gameopt.Game([net, other], lambda: [other(net(x)).sum(), other(net(x)).square().sum()])
+    views = game._problem.grad_views[0]
+    seen = []
+    first = net[0].weight  # among the last the backward reaches
+    first.register_hook(lambda g: seen.append([p.grad is v for p, v in zip(game.players[0].parameters, views)]))
+    game.vector_field()
+    later = {id(p) for p in net[1:].parameters()}  # their gradients come before the first layer's
+    (done,) = seen
+    assert [d for p, d in zip(game.players[0].parameters, done) if id(p) in later] == [True] * len(later)
+    assert not done[[id(p) for p in game.players[0].parameters].index(id(first))]
+    assert went == [0, 1]

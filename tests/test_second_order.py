@@ -323,3 +323,34 @@ def test_zero_sum_path_refuses_other_games() -> None:
         GAMES["quadratic"]().build(gameopt.ConsensusOptimization(0.1, zero_sum=True)).step()
     with pytest.raises(ValueError, match="zero_sum"):
         gameopt.HamiltonianGD(0.1, zero_sum=1)
+
+
+@pytest.mark.parametrize("align", [None, 64], ids=["packed", "padded"])
+def test_zero_sum_products_on_padded_layouts_and_last(align) -> None:
+    """The zero-sum products with the parameters as inputs: the same as the general
+    path whether the joint storage is the parameters end to end (one cat per group)
+    or padded (copies into views); ``last=True`` gives the same product and then
+    refuses any other, on both paths."""
+    game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
+    gen, disc = (p.module for p in game.players)
+    if align is not None:
+        players = [gameopt.Player(gen, align=align), gameopt.Player(disc, align=align)]
+        game = gameopt.Game(players, game.losses, algorithm=gameopt.SimGD(0.1))
+    oracle = lambda: gameopt.game.Oracle(game, game.losses)  # noqa: E731
+    zs, general = oracle().linearize(zero_sum=True), oracle().linearize()
+    assert all(zs._packed) == (align is None)  # padded: the copies into views
+    g = torch.Generator().manual_seed(0)
+    v = gameopt.Vec(torch.randn(t.shape, generator=g, dtype=t.dtype) for t in game.layout.data)
+    for a, b in zip(zs.xi, general.xi):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    for name in ("jvp", "offdiag_vjp", "chi"):
+        args = () if name == "chi" else (v,)
+        for a, b in zip(getattr(zs, name)(*args), getattr(general, name)(*args)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13, msg=name)
+    for lin in (zs, general):
+        lin.vjp(v)  # a product keeps the graph
+        own = lin.vjp(lin.xi)
+        for a, b in zip(lin.vjp(lin.xi, last=True), own):
+            assert torch.equal(a, b)
+        with pytest.raises(RuntimeError, match="last=True"):
+            lin.vjp(v)

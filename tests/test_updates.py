@@ -319,3 +319,58 @@ def test_sga_bad_arguments_raise_a_value_error_naming_them(kw, name) -> None:
 def test_sga_ints_are_numbers() -> None:
     sga = gameopt.SGA(1, lam=2, eps=0)
     assert sga.hyper["lam"] == 2.0 and sga.hyper["eps"] == 0.0
+
+
+# ----------------------------------------------- extrapolate / resume (issue 13)
+class _DoubledAdam(gameopt.Adam):
+    """A subclass with its own rule: extrapolate/resume must go through its apply."""
+
+    def apply(self, d, state, empty=None, scratch=False, own_state=False):
+        out, new = super().apply(d, state, empty, scratch=scratch, own_state=own_state)
+        return [2 * o for o in out], new
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        gameopt.Plain(),
+        gameopt.Momentum(0.7),
+        gameopt.Momentum(0.7, nesterov=True),
+        gameopt.Adam((0.5, 0.9)),
+        gameopt.RMSProp(0.8),
+        gameopt.RMSProp(0.8, convention="tf1"),
+        _DoubledAdam((0.5, 0.9)),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "small vectors"])
+def test_extrapolate_then_resume_give_apply_s_bits_and_leave_the_state(monkeypatch, rule, recompute) -> None:
+    """The direction of ``extrapolate`` and the state of ``resume`` are ``apply``'s, bit
+    for bit; the committed state is only read; Adam's memo is one vector (not two)
+    from ``_RECOMPUTE_FROM`` elements on, the new moments below."""
+    import gameopt.updates
+
+    monkeypatch.setattr(gameopt.updates, "_RECOMPUTE_FROM", 0 if recompute else 1 << 62)
+    torch.manual_seed(0)
+    d = [torch.randn(7, dtype=torch.float64), torch.randn(3, dtype=torch.float32)]
+    _, state = rule.apply(d, rule.init(d))  # a state that is not zero
+    d = [torch.randn_like(t) for t in d]
+    ref_out, ref_state = rule.apply([t.clone() for t in d], state)
+    before = {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in state.items()}
+    out, memo = rule.extrapolate([t.clone() for t in d], state)
+    if type(rule) is gameopt.Adam:
+        assert list(memo) == (["d"] if recompute else ["m", "v", "t"])
+    new = rule.resume(memo, state)
+    bits = lambda ts: [t.view(torch.int64 if t.dtype == torch.float64 else torch.int32) for t in ts]  # noqa: E731
+    assert all(torch.equal(a, b) for a, b in zip(bits(out), bits(ref_out)))
+    assert new.keys() == ref_state.keys()
+    for k, v in ref_state.items():
+        if isinstance(v, list):
+            assert all(torch.equal(a, b) for a, b in zip(bits(new[k]), bits(v)))
+        else:
+            assert new[k] == v
+    for k, v in before.items():
+        if isinstance(v, list):
+            assert all(torch.equal(a, b) for a, b in zip(bits(state[k]), bits(v)))
+        else:
+            assert state[k] == v

@@ -46,9 +46,13 @@ class Extragradient(Algorithm):
         eta_x = self.extrapolation_lr
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
         # the first direction may be the gradient buffer itself: the move to w' reads it
-        # before ξ(w') is written there; the rule's state after it is this step's own
-        out, rule_state = apply(self.rule, oracle.xi(), state["rule"], oracle.empty, scratch=True)
+        # before ξ(w') is written there. The rule's state after it is rebuilt once ξ(w')
+        # is in (Adam on large vectors: from a copy of ξ(w), one vector held during that
+        # evaluation instead of two moments); the committed state is only read, so a
+        # failure anywhere loses nothing
+        out, memo = self.rule.extrapolate(oracle.xi(), state["rule"], oracle.empty)
         xi_x = oracle.xi(along=(out, [-lr for lr in lrs]))  # ξ(w'), w' = w − η' out
+        rule_state = self.rule.resume(memo, state["rule"], oracle.empty)  # this step's own
         delta, rule_state = self.descend(oracle, xi_x, rule_state, scratch=True, own_state=True)
         return delta, {"rule": rule_state}
 

@@ -37,7 +37,8 @@ class HamiltonianGD(Algorithm):
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         # the direction Jᵀξ alone may not show a non-finite ξ
         lin = oracle.linearize(zero_sum=self.zero_sum)
-        delta, rule_state = self.descend(oracle, lin.vjp(lin.xi), state["rule"], scratch=True)
+        # the one product: the graph is freed as it goes
+        delta, rule_state = self.descend(oracle, lin.vjp(lin.xi, last=True), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -69,6 +70,6 @@ class ConsensusOptimization(Algorithm):
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         # the update is non-finite if ξ is
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)
-        direction = lin.xi.add_(lin.vjp(lin.xi), alpha=self.gamma)  # lin is used up: in place
+        direction = lin.xi.add_(lin.vjp(lin.xi, last=True), alpha=self.gamma)  # lin is used up: in place
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
