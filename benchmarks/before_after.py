@@ -6,7 +6,9 @@ The package as it was at ``REV`` (``git archive``) is imported beside the workin
 tree's under another name; each method takes steps on the same two GAN pairs as
 ``benchmarks.step_cost`` (the MLP 4x256 and the deep narrow pair) with each
 version, timed by the shared protocol (interleaved rounds, median of the per-round
-ratios after / before). Both versions are checked to take the same first steps.
+ratios after / before). Both versions are checked to take the same first steps;
+every 16 steps both go back to the starting point (many steps on one batch may
+diverge, CGD on the deep narrow pair does).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ METHODS: dict[str, Callable[[ModuleType], object]] = {
 }
 
 
+RESTART_EVERY = 16  # steps, on both sides alike
+
+
 def load_before(rev: str, into: Path) -> ModuleType:
     """``gameopt`` as it was at ``rev``, imported as ``gameopt_before``."""
     archive = subprocess.run(["git", "archive", rev, "gameopt"], cwd=ROOT, check=True, capture_output=True).stdout
@@ -54,8 +59,15 @@ def stepper(package: ModuleType, pair: Pair, method: str) -> Callable[[], object
     players = [package.Player(G, name="G"), package.Player(D, name="D")]
     game = package.Game(players, gan_losses(G, D), algorithm=METHODS[method](package))
     x, z = pair.x, pair.z
+    params = [*G.parameters(), *D.parameters()]
+    start = [p.detach().clone() for p in params]
+    calls = [0]
 
     def step() -> object:
+        calls[0] += 1
+        if calls[0] % RESTART_EVERY == 0:  # back to the start: long runs on one batch may diverge
+            with torch.no_grad():
+                torch._foreach_copy_(params, start)
         return game.step(x, z)
 
     step.params = lambda: [p.detach().clone() for p in [*G.parameters(), *D.parameters()]]  # type: ignore[attr-defined]
