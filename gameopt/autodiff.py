@@ -6,13 +6,16 @@
   the buffer, so the player's gradient is never alive whole beside it); a player
   with small ones has it captured with ``autograd.grad`` and copied with one
   ``_foreach_copy_`` (cheaper per tensor). The same bits either way.
-* Jacobian products: each player buffer's slice of the joint storage becomes a
-  leaf (``detach().requires_grad_()`` shares the storage); ``torch.split`` views
-  of it are substituted for the module's parameters while the losses run;
-  ``autograd.grad(..., create_graph=True)`` gives a differentiable ξ.
-  ``Jᵀv`` is one reverse pass over that graph. ``Jv`` is forward-over-reverse
-  (dual tensors through the backward) where every op supports forward-mode AD,
-  else the double-vjp trick.
+* Jacobian products: a detached alias of each parameter (the same storage, a leaf
+  of its own, so the kept graph pins no parameter) is substituted for it while the
+  losses run; ``autograd.grad(..., create_graph=True)`` gives a differentiable ξ,
+  one tensor per parameter. ``Jᵀv`` is one reverse pass over that graph with
+  per-parameter grad_outputs (views of ``v``): no ``split``, view or ``cat`` node
+  in the graph; joint vectors are formed outside it (one ``cat`` per group where
+  the parameters tile it). ``Jv`` is forward-over-reverse where every op supports
+  forward-mode AD (dual tensors on a flat leaf per player buffer, whose ``split``
+  views are substituted), else the double-vjp trick. A zero-sum pair (f, −f) has
+  every product as a Hessian-vector product of f (:class:`ZeroSumLinearization`).
 * During Jacobian products scaled-dot-product attention uses the math backend and
   mkldnn is off, since the fused CPU kernels have no double backward.
 * Every evaluation runs inside the step's :class:`~gameopt.evaluation.Evaluations`
@@ -271,18 +274,69 @@ def _make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
         return fwAD.make_dual(primal, tangent)
 
 
-def _flatten(entry: Entry, grads: Sequence[Tensor | None]) -> Tensor:
-    """A differentiable flat tensor laid out like ``entry.buffer`` from per-parameter grads."""
-    buf = entry.buffer
-    pieces, end = [], 0
-    for seg, g in zip(buf.segments, grads):
-        if seg.offset > end:
-            pieces.append(torch.zeros(seg.offset - end, dtype=buf.dtype, device=buf.device))
-        pieces.append(torch.zeros(seg.numel, dtype=buf.dtype, device=buf.device) if g is None else g.reshape(-1))
-        end = seg.offset + seg.numel
-    if buf.numel > end:
-        pieces.append(torch.zeros(buf.numel - end, dtype=buf.dtype, device=buf.device))
-    return torch.cat(pieces)
+def _entry_packed(e: Entry) -> bool:
+    """The parameters of entry ``e`` tile its buffer in order, each contiguous (no
+    padding): the entry is the ``cat`` of their flattened tensors."""
+    end = 0
+    for seg in e.buffer.segments:
+        if seg.offset != end or not seg.contiguous:
+            return False
+        end += seg.numel
+    return end == e.buffer.numel
+
+
+def _entries_to_vec(layout: JointLayout, parts: dict[int, Tensor | None]) -> Vec:
+    """A joint vector from one flat tensor (or None: zero) per entry."""
+    if not layout.dense:
+        out = layout.zeros()
+    else:  # zero only what no part writes
+        out = layout.empty()
+        for k, e in enumerate(layout.entries):
+            if parts.get(k) is None:
+                layout.entry_view(out, e).zero_()
+    with torch.no_grad():
+        for k, t in parts.items():
+            if t is not None:
+                layout.entry_view(out, layout.entries[k]).copy_(t)
+    return out
+
+
+def _dual_tangents(problem: Problem, closure: Callable[[], Any], v: Vec, scale: float) -> Vec:
+    """J v by forward-over-reverse: each entry's slice of the joint storage becomes a
+    leaf made dual with v's slice, ``split`` views of it are substituted for the
+    modules' parameters, the losses run and each player's ξ is differentiated
+    (dual tensors through the backward); the tangents of ξ are J v."""
+    layout = problem.layout
+    leaves: list[Tensor] = []
+    values: dict[int, Tensor] = {}
+    for e in layout.entries:
+        leaf = layout.entry_view(layout.data, e).detach().requires_grad_()
+        source = _make_dual(leaf, layout.entry_view(v, e))
+        for p, view in zip(e.buffer.params, e.buffer.views(source)):
+            values[id(p)] = view
+        leaves.append(source)
+    tangents: dict[int, Tensor | None] = {}
+    with jacobian_mode(problem), _substituted(problem, values):
+        losses, _ = evaluate_losses(problem, closure)
+        for i, name in enumerate(problem.names):
+            if losses[i].grad_fn is None:
+                raise _no_path(name)
+            loss = losses[i] if scale == 1.0 else losses[i] * scale
+            ks = [k for k, e in enumerate(layout.entries) if e.player == i]
+            # no graph of the backward itself: the tangents ride along
+            grads = torch.autograd.grad([loss], [leaves[k] for k in ks], retain_graph=True, allow_unused=True)
+            if all(g is None for g in grads):
+                raise _no_path(name)
+            for k, g in zip(ks, grads):
+                if g is not None and scale != 1.0:
+                    g = g / scale  # loss scaling: the product is unscaled
+                t = None if g is None else fwAD.unpack_dual(g).tangent
+                tangents[k] = None if t is None else t.detach()
+    return _entries_to_vec(layout, tangents)
+
+
+#: per entry, one tensor (or None: zero, unreached) per parameter of its buffer
+_Part = list[Tensor | None]
 
 
 class Linearization:
@@ -291,6 +345,13 @@ class Linearization:
     ``xi`` is the joint vector field (detached). Every product below may be called
     many times and reuses the graph; :meth:`jvp` re-runs the losses with dual
     tensors when forward-mode AD is available, else uses the double-vjp trick.
+
+    The reverse-mode products differentiate against one leaf per parameter (a
+    detached alias of a module's parameter, substituted for it while the losses run;
+    a player given as tensors: the tensors): no flat leaf, so no ``split``, view or
+    ``cat`` node in the graph of ξ or of a product. ξ is kept as one differentiable
+    tensor per parameter, a product's grad_outputs are per-parameter views of its
+    joint vector, and its per-parameter results become a joint vector outside the graph.
 
     Notation: J = ∂ξ/∂w; D = blockdiag(∂ξ_i/∂w_i) (symmetric Hessians ∇²_{w_i} f_i);
     H_o = J − D, the off-diagonal blocks.
@@ -301,7 +362,6 @@ class Linearization:
         problem: Problem,
         closure: Callable[[], Any],
         evaluations: Evaluations,
-        tangent: Vec | None = None,
         average: bool = True,
         scale: float = 1.0,
         cross: bool = False,
@@ -315,40 +375,51 @@ class Linearization:
         self.entries_of = [
             [k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(problem.names))
         ]
-        self.inputs: list[list[Tensor]] = []  # per entry: the tensors differentiated against
-        values: dict[int, Tensor] = {}
         self.functional = problem.functional
-        for e in layout.entries:
-            if self.functional:
-                leaf = layout.entry_view(layout.data, e).detach().requires_grad_()
-                source = leaf if tangent is None else _make_dual(leaf, layout.entry_view(tangent, e))
-                for p, view in zip(e.buffer.params, e.buffer.views(source)):
-                    values[id(p)] = view
-                self.inputs.append([source])
-            else:
-                self.inputs.append(list(e.buffer.params))
+        # per entry, per parameter: the tensors differentiated against. With modules, a
+        # detached alias of each parameter (the same storage, a leaf of its own) is
+        # substituted for it, so that the kept graph holds no parameter (which would
+        # pin it: gameopt could not fuse it again while this linearization lives);
+        # players given as tensors: the tensors themselves
+        values: dict[int, Tensor] = {}
+        if self.functional:
+            self.inputs: list[list[Tensor]] = []
+            for e in layout.entries:
+                aliases = [p.detach().requires_grad_() for p in e.buffer.params]
+                values.update(zip(map(id, e.buffer.params), aliases))
+                self.inputs.append(aliases)
+        else:
+            self.inputs = [list(e.buffer.params) for e in layout.entries]
+        self._entry_packed = [_entry_packed(e) for e in layout.entries]
+        index = {id(e): k for k, e in enumerate(layout.entries)}
+        self._groups = [[index[id(e)] for e in layout.group_entries(g)] for g in range(len(layout.data))]
+        self._all_packed = all(_packed(layout, g) for g in range(len(layout.data)))
         with jacobian_mode(problem), _substituted(problem, values) if self.functional else contextlib.nullcontext():
             self.losses, self.metrics = evaluate_losses(problem, closure)
-            self.pieces: list[Tensor] = [torch.empty(0)] * len(layout.entries)  # per entry: differentiable ξ
+            # per entry, per parameter: differentiable ξ
+            self.pieces: list[_Part] = [[None] * len(ins) for ins in self.inputs]
             # with ``cross``, per player i: ∇_{w_k} f_i for the other players' entries k, with its graph
-            self.cross: list[dict[int, Tensor | None]] | None = [] if cross and tangent is None else None
+            self.cross: list[dict[int, _Part | None]] | None = [] if cross else None
             for i, name in enumerate(problem.names):
                 if self.losses[i].grad_fn is None:
                     raise _no_path(name)
-                # forward-over-reverse (a tangent) needs no graph of the backward itself
                 loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
                 ins = self._all() if self.cross is not None else self.entries_of[i]
-                grads = self._grad([loss], None, ins, create_graph=tangent is None)
+                grads = self._grad([loss], None, ins, create_graph=True)
                 if scale != 1.0:  # loss scaling: every product below is unscaled
-                    grads = {k: None if g is None else g / scale for k, g in grads.items()}
+                    grads = {
+                        k: None if g is None else [None if t is None else t / scale for t in g]
+                        for k, g in grads.items()
+                    }
                 if all(grads[k] is None for k in self.entries_of[i]):
                     raise _no_path(name)
                 for k in self.entries_of[i]:
                     g = grads.pop(k)
-                    self.pieces[k] = self._zeros(k) if g is None else g
+                    if g is not None:
+                        self.pieces[k] = g
                 if self.cross is not None:
                     self.cross.append(grads)
-        self.xi = self._to_vec({k: p.detach() for k, p in enumerate(self.pieces)})
+        self.xi = self._to_vec({k: _detached(p) for k, p in enumerate(self.pieces)})
         if average:
             self._mean(self.xi)
 
@@ -357,23 +428,38 @@ class Linearization:
         buf = self.layout.entries[k].buffer
         return torch.zeros(buf.numel, dtype=buf.dtype, device=buf.device)
 
+    def _views(self, flat: Tensor, k: int) -> list[Tensor]:
+        """Per-parameter views of ``flat``, laid out like entry ``k``'s buffer."""
+        if self._entry_packed[k]:
+            return torch._C._nn.unflatten_dense_tensors(flat, self.inputs[k])
+        return self.layout.entries[k].buffer.views(flat)
+
+    def _parts(self, v: Vec, ks: list[int]) -> list[list[Tensor]]:
+        """Per-parameter views of the entries ``ks`` of ``v`` (grad_outputs)."""
+        return [self._views(self.layout.entry_view(v, self.layout.entries[k]), k) for k in ks]
+
+    def _filled(self, k: int, part: _Part) -> list[Tensor]:
+        """``part`` detached, a zero tensor for each parameter no gradient reached."""
+        return [torch.zeros_like(p) if t is None else t.detach() for t, p in zip(part, self.inputs[k])]
+
     def _grad(
         self,
-        outputs: list[Tensor],
-        grad_outputs: list[Tensor] | None,
+        outputs: Sequence[Tensor | None],
+        grad_outputs: Sequence[Tensor | None] | None,
         ins: list[int],
         create_graph: bool = False,
         last: bool = False,
-    ) -> dict[int, Tensor | None]:
+    ) -> dict[int, _Part | None]:
         """Reverse mode: Σ ⟨outputs, grad_outputs⟩ differentiated against the inputs
-        of entries ``ins``; one flat tensor (or None if unreachable) per entry.
+        of entries ``ins``; one tensor (or None) per parameter, None for an entry no
+        gradient reached. Outputs that are None or have no graph are left out.
         ``last``: free the graph as the pass goes (no product may follow)."""
         _check_unspent(self)
         self._spent = last
-        keep = [n for n, o in enumerate(outputs) if o.requires_grad]
-        inputs = [t for k in ins for t in self.inputs[k]]
+        keep = [n for n, o in enumerate(outputs) if o is not None and o.requires_grad]
         if not keep:
             return dict.fromkeys(ins)
+        inputs = [t for k in ins for t in self.inputs[k]]
         grads = torch.autograd.grad(
             [outputs[n] for n in keep],
             inputs,
@@ -382,39 +468,67 @@ class Linearization:
             create_graph=create_graph,
             allow_unused=True,
         )
-        out: dict[int, Tensor | None] = {}
+        out: dict[int, _Part | None] = {}
         pos = 0
         for k in ins:
             n = len(self.inputs[k])
-            part = grads[pos : pos + n]
+            part = list(grads[pos : pos + n])
             pos += n
-            if all(g is None for g in part):
-                out[k] = None
-            elif self.functional:
-                out[k] = part[0]
-            else:
-                out[k] = _flatten(self.layout.entries[k], part)
+            out[k] = None if all(g is None for g in part) else part
         return out
 
-    def _reverse(self, outs: list[int], u: Vec, ins: list[int], last: bool = False) -> dict[int, Tensor | None]:
+    def _reverse(self, outs: list[int], u: Vec, ins: list[int], last: bool = False) -> dict[int, _Part | None]:
         """Σ_{k in outs} (∂ξ_k/∂w_ins)ᵀ u_k."""
-        pieces = [self.pieces[k] for k in outs]
-        us = [self.layout.entry_view(u, self.layout.entries[k]) for k in outs]
+        pieces = [t for k in outs for t in self.pieces[k]]
+        us = [w for part in self._parts(u, outs) for w in part]
         return self._grad(pieces, us, ins, last=last)
 
-    def _to_vec(self, parts: dict[int, Tensor | None]) -> Vec:
+    def _to_vec(self, parts: dict[int, _Part | None]) -> Vec:
+        """A joint vector from per-parameter tensors (None: zero) per entry, outside the graph."""
         layout = self.layout
-        if not layout.dense:
-            out = layout.zeros()
-        else:  # zero only what no part writes
-            out = layout.empty()
-            for k, e in enumerate(layout.entries):
-                if parts.get(k) is None:
-                    layout.entry_view(out, e).zero_()
+        if any(self.problem.sparse):
+            parts = {k: None if p is None else [_dense(t) for t in p] for k, p in parts.items()}
         with torch.no_grad():
-            for k, t in parts.items():
-                if t is not None:
-                    layout.entry_view(out, layout.entries[k]).copy_(t)
+            if (
+                self._all_packed
+                and len(parts) == len(layout.entries)
+                and all(p is not None and all(t is not None for t in p) for p in parts.values())
+            ):
+                # the parameters tile each group in order: one cat per group
+                return Vec(_cat([t for k in ks for t in parts[k]]) for ks in self._groups)  # type: ignore[union-attr]
+            out = layout.empty() if layout.dense else layout.zeros()
+            dst: list[Tensor] = []
+            src: list[Tensor] = []
+            zero: list[Tensor] = []
+            for k, e in enumerate(layout.entries):
+                flat = layout.entry_view(out, e)
+                part = parts.get(k)
+                if part is None or not self._entry_packed[k] or any(t is None for t in part):
+                    zero.append(flat)  # padding, or what no part writes
+                if part is not None:
+                    for view, t in zip(self._views(flat, k), part):
+                        if t is not None:
+                            dst.append(view)
+                            src.append(t)
+            if zero and layout.dense:
+                torch._foreach_zero_(zero)
+            if dst:
+                torch._foreach_copy_(dst, src)
+        return out
+
+    def _flat(self, k: int, part: _Part | None) -> Tensor:
+        """Entry ``k`` as a new flat tensor from its per-parameter tensors (None: zero)."""
+        if part is None:
+            return self._zeros(k)
+        if any(self.problem.sparse):
+            part = [_dense(t) for t in part]
+        with torch.no_grad():
+            if self._entry_packed[k] and all(t is not None for t in part):
+                return _cat(part)  # type: ignore[arg-type]
+            out = self._zeros(k)
+            have = [(view, t) for view, t in zip(self._views(out, k), part) if t is not None]
+            if have:
+                torch._foreach_copy_([view for view, _ in have], [t for _, t in have])
         return out
 
     def _all(self) -> list[int]:
@@ -424,19 +538,30 @@ class Linearization:
         """The entries of every player but ``i``."""
         return [k for j, ks in enumerate(self.entries_of) if j != i for k in ks]
 
-    def _offdiag_reverse(self, us: list[Tensor], create_graph: bool = False) -> dict[int, Tensor | None]:
-        """H_oᵀ u for ``u`` given per entry: Σ_{i≠owner(k)} (∂ξ_i/∂w_k)ᵀ u_i, one reverse
-        pass per player toward the other players' parameters only."""
-        res: dict[int, Tensor | None] = dict.fromkeys(self._all())
+    def _offdiag_reverse(self, us: list[list[Tensor | None]], create_graph: bool = False) -> dict[int, _Part | None]:
+        """H_oᵀ u for ``u`` given per entry and parameter: Σ_{i≠owner(k)} (∂ξ_i/∂w_k)ᵀ u_i,
+        one reverse pass per player toward the other players' parameters only."""
+        res: dict[int, _Part | None] = dict.fromkeys(self._all())
         for i, ks in enumerate(self.entries_of):
-            outs = [k for k in ks if self.pieces[k].requires_grad]
             others = self._others(i)
-            if not others or not outs:
+            if not others or not any(t is not None and t.requires_grad for k in ks for t in self.pieces[k]):
                 continue
-            part = self._grad([self.pieces[k] for k in outs], [us[k] for k in outs], others, create_graph=create_graph)
-            for k, t in part.items():
-                if t is not None:
-                    res[k] = t if res[k] is None else res[k] + t
+            pieces = [t for k in ks for t in self.pieces[k]]
+            part = self._grad(pieces, [w for k in ks for w in us[k]], others, create_graph=create_graph)
+            for k, ts in part.items():
+                if ts is None:
+                    continue
+                prev = res[k]
+                if prev is None:
+                    res[k] = ts
+                else:  # as flat tensors would add: a parameter no gradient reached adds exact zeros
+                    zeros = torch.zeros_like
+                    res[k] = [
+                        (a if a is not None else zeros(p)) + (b if b is not None else zeros(p))
+                        if a is not None or b is not None
+                        else None
+                        for a, b, p in zip(prev, ts, self.inputs[k])
+                    ]
         return res
 
     # -------------------------------------------------------------- products
@@ -446,7 +571,7 @@ class Linearization:
         return self._to_vec(self._reverse(self._all(), u, self._all(), last=last))
 
     def _local_diag(self, v: Vec) -> Vec:
-        parts: dict[int, Tensor | None] = {}
+        parts: dict[int, _Part | None] = {}
         for ks in self.entries_of:
             parts.update(self._reverse(ks, v, ks))
         return self._to_vec(parts)
@@ -462,8 +587,7 @@ class Linearization:
 
     def offdiag_vjp(self, u: Vec) -> Vec:
         """H_oᵀ u: one reverse pass per player, toward the other players' parameters."""
-        entries = self.layout.entries
-        return self._mean(self._to_vec(self._offdiag_reverse([self.layout.entry_view(u, e) for e in entries])))
+        return self._mean(self._to_vec(self._offdiag_reverse(self._parts(u, self._all()))))
 
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v. With ``cross``: n reverse passes (see :meth:`shaping`). Else ∂/∂u
@@ -481,11 +605,14 @@ class Linearization:
     def block_vjp_parts(self, i: int, j: int, u_i: Sequence[Tensor]) -> Vec:
         """(∂ξ_i/∂w_j)ᵀ u_i on players' parts: ``u_i`` one flat tensor per buffer of
         player i (as ``layout.player_views``), the result one per buffer of player j,
-        fresh tensors straight from the reverse pass (no joint vector formed: for
-        solvers that live in one player's space, CGD's Schur complement)."""
+        fresh tensors (no joint vector formed: for solvers that live in one player's
+        space, CGD's Schur complement)."""
         ins = self.entries_of[j]
-        res = self._grad([self.pieces[k] for k in self.entries_of[i]], list(u_i), ins)
-        return self._mean(Vec(self._zeros(k) if res[k] is None else res[k] for k in ins))
+        outs = self.entries_of[i]
+        pieces = [t for k in outs for t in self.pieces[k]]
+        us = [w for k, flat in zip(outs, u_i) for w in self._views(flat, k)]
+        res = self._grad(pieces, us, ins)
+        return self._mean(Vec(self._flat(k, res[k]) for k in ins))
 
     def cross_gradients(self) -> list[Vec]:
         """For each player i, the joint vector (∇_{w_j} f_i)_{j≠i} (zero in i's own part),
@@ -497,7 +624,7 @@ class Linearization:
                 parts = self.cross[i]
             else:
                 parts = self._grad([self.losses[i]], None, others) if others else {}
-            out.append(self._to_vec({k: None if g is None else g.detach() for k, g in parts.items()}))
+            out.append(self._to_vec({k: None if g is None else _detached(g) for k, g in parts.items()}))
         if self.problem.parallel:
             stacked = [torch.cat([vec[g] for vec in out]) for g in range(len(out[0]))]
             self._mean(stacked)
@@ -519,41 +646,37 @@ class Linearization:
 
         with v and c_{ij} = ∇_{w_j} f_i held constant. Without ``cross``, the
         products of :meth:`offdiag_jvp` and the passes of :meth:`cross_gradients`."""
+        cbar: list[dict[int, list[Tensor] | None]] | None
         if not chi:
             cbar = None
         elif self.cross is not None and not self.problem.parallel:  # no average to take: no copies
-            cbar = [{k: None if c is None else c.detach() for k, c in cross.items()} for cross in self.cross]
+            cbar = [{k: None if c is None else self._filled(k, c) for k, c in cross.items()} for cross in self.cross]
         else:
-            cbar = [
-                {k: self.layout.entry_view(g, e) for k, e in enumerate(self.layout.entries)}
-                for g in self.cross_gradients()
-            ]
+            cbar = [dict(zip(self._all(), self._parts(g, self._all()))) for g in self.cross_gradients()]
         if self.cross is None:
             terms = []
             if v is not None:
                 terms.append(self._jvp_double_backward(v, offdiag=True))
             if cbar is not None:
-                parts: dict[int, Tensor | None] = {}
+                parts: dict[int, _Part | None] = {}
                 for i, g in enumerate(cbar):
                     outs = self._others(i)
-                    pieces = [self.pieces[k] for k in outs]
-                    parts.update(self._grad(pieces, [g[k] for k in outs], self.entries_of[i]))
+                    pieces = [t for k in outs for t in self.pieces[k]]
+                    parts.update(self._grad(pieces, [w for k in outs for w in g[k]], self.entries_of[i]))  # type: ignore[union-attr]
                 terms.append(self._to_vec(parts))
             return self._mean(terms[0] if len(terms) == 1 else terms[0] + terms[1])
         parts = {}
-        view = self.layout.entry_view
         for i, ks in enumerate(self.entries_of):
-            outs: list[Tensor] = []
-            grad_outs: list[Tensor] = []
+            outs: list[Tensor | None] = []
+            grad_outs: list[Tensor | None] = []
             for k in self._others(i):
-                e = self.layout.entries[k]
                 c = self.cross[i][k]
-                if v is not None and c is not None and c.requires_grad:
-                    outs.append(c)
-                    grad_outs.append(view(v, e))
-                if cbar is not None and self.pieces[k].requires_grad and cbar[i][k] is not None:
-                    outs.append(self.pieces[k])
-                    grad_outs.append(cbar[i][k])
+                if v is not None and c is not None:
+                    outs += c
+                    grad_outs += self._parts(v, [k])[0]
+                if cbar is not None and cbar[i][k] is not None:
+                    outs += self.pieces[k]
+                    grad_outs += cbar[i][k]  # type: ignore[operator]
             parts.update(self._grad(outs, grad_outs, ks))
         return self._mean(self._to_vec(parts))
 
@@ -566,11 +689,7 @@ class Linearization:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
                 with self.evaluations(plain=False), fwAD.dual_level():
-                    dual = Linearization(
-                        self.problem, self.closure, self.evaluations, tangent=v, average=False, scale=self.scale
-                    )
-                    tangents = {k: fwAD.unpack_dual(p).tangent for k, p in enumerate(dual.pieces)}
-                return self._to_vec({k: None if t is None else t.detach() for k, t in tangents.items()})
+                    return _dual_tangents(self.problem, self.closure, v, self.scale)
             except NotImplementedError as err:
                 # only PyTorch's own "no forward AD formula for this op": anything else
                 # (the user's errors included) propagates
@@ -580,17 +699,27 @@ class Linearization:
                 self.problem.forward_mode.ok = False
         return self._jvp_double_backward(v)
 
-    def _transposed(self, offdiag: bool) -> tuple[list[Tensor], dict[int, Tensor | None]]:
-        """The graph of u ↦ Jᵀu (or H_oᵀu) for a dummy u, built once and kept."""
+    def _transposed(self, offdiag: bool) -> tuple[list[list[Tensor | None]], dict[int, _Part | None]]:
+        """The graph of u ↦ Jᵀu (or H_oᵀu) for a dummy u, built once and kept: one
+        dummy per parameter whose piece of ξ has a graph."""
         key = "offdiag" if offdiag else "full"
         cache = self.__dict__.setdefault("_transposed_cache", {})
         if key not in cache:
-            us = [torch.zeros_like(p, requires_grad=True) for p in self.pieces]
+            if any(self.problem.sparse):
+                # PyTorch's backward of a sparse gradient (nn.Embedding(sparse=True)) has
+                # no graph toward its grad_output: ∂/∂u ⟨Jᵀu, v⟩ would be silently wrong
+                raise NotImplementedError(
+                    "J v and H_o v need the double-vjp trick, which PyTorch does not support for "
+                    "parameters with sparse gradients (nn.Embedding(sparse=True), say): use dense gradients"
+                )
+            us: list[list[Tensor | None]] = [
+                [_dummy(t) if t is not None and t.requires_grad else None for t in piece] for piece in self.pieces
+            ]
             if offdiag:
                 res = self._offdiag_reverse(us, create_graph=True)
             else:
-                outs = [k for k, p in enumerate(self.pieces) if p.requires_grad]
-                res = self._grad([self.pieces[k] for k in outs], [us[k] for k in outs], self._all(), create_graph=True)
+                pieces = [t for piece in self.pieces for t in piece]
+                res = self._grad(pieces, [w for part in us for w in part], self._all(), create_graph=True)
             cache[key] = (us, res)
         return cache[key]
 
@@ -598,14 +727,29 @@ class Linearization:
         """J v (or H_o v) = ∂/∂u ⟨Jᵀu, v⟩: Jᵀu is linear in u, its graph is kept,
         so repeated products (Krylov solvers) cost one reverse pass each."""
         us, res = self._transposed(offdiag)
-        pairs = [(t, self.layout.entry_view(v, self.layout.entries[k])) for k, t in res.items()]
-        pairs = [(t, w) for t, w in pairs if t is not None and t.requires_grad]
-        if not pairs:
+        outs: list[Tensor] = []
+        grad_outs: list[Tensor] = []
+        for k, ts in res.items():
+            if ts is None:
+                continue
+            for t, w in zip(ts, self._parts(v, [k])[0]):
+                if t is not None and t.requires_grad:
+                    outs.append(t)
+                    grad_outs.append(w)
+        dummies = [(k, n, u) for k, part in enumerate(us) for n, u in enumerate(part) if u is not None]
+        if not outs or not dummies:
             return self.layout.zeros()
-        out = torch.autograd.grad(
-            [t for t, _ in pairs], us, grad_outputs=[w for _, w in pairs], retain_graph=True, allow_unused=True
+        grads = torch.autograd.grad(
+            outs, [u for _, _, u in dummies], grad_outputs=grad_outs, retain_graph=True, allow_unused=True
         )
-        return self._to_vec({k: None if r is None else r.detach() for k, r in enumerate(out)})
+        parts: dict[int, _Part | None] = {}
+        for (k, n, _), g in zip(dummies, grads):
+            if g is not None:
+                part = parts.get(k)
+                if part is None:
+                    part = parts[k] = [None] * len(self.inputs[k])
+                part[n] = g
+        return self._to_vec(parts)
 
     def jvp_repeated(self, v: Vec) -> Vec:
         """J v for many v at this point: after the first call, one reverse pass each."""
@@ -614,6 +758,23 @@ class Linearization:
     def vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
         """(Jᵀv, Jv)."""
         return self.vjp(v), self.jvp(v)
+
+
+def _detached(part: _Part) -> _Part:
+    return [None if t is None else t.detach() for t in part]
+
+
+def _dummy(t: Tensor) -> Tensor:
+    """A zero leaf shaped like ``t`` (dense, also for a sparse gradient), to differentiate against."""
+    return (
+        torch.zeros_like(t, requires_grad=True)
+        if not t.is_sparse
+        else torch.zeros(t.shape, dtype=t.dtype, device=t.device, requires_grad=True)
+    )
+
+
+def _dense(t: Tensor | None) -> Tensor | None:
+    return t.to_dense() if t is not None and t.is_sparse else t
 
 
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
@@ -677,11 +838,21 @@ class ZeroSumLinearization:
         self._spent = False  # a product with last=True freed the graph
         self._mean = problem.mean_
         layout = self.layout = problem.layout
-        # per group: the parameters differentiated against, in storage order
-        self.inputs = [[p for e in layout.group_entries(g) for p in e.buffer.params] for g in range(len(layout.data))]
+        # per group, in storage order: the tensors differentiated against; with modules,
+        # a detached alias of each parameter substituted for it (as in Linearization:
+        # the kept graph then pins no parameter, which could not be fused again)
+        params = [[p for e in layout.group_entries(g) for p in e.buffer.params] for g in range(len(layout.data))]
+        values: dict[int, Tensor] = {}
+        if problem.functional:
+            self.inputs = [[p.detach().requires_grad_() for p in ps] for ps in params]
+            for ps, aliases in zip(params, self.inputs):
+                values.update(zip(map(id, ps), aliases))
+        else:
+            self.inputs = params
         self._flat_inputs = [t for ins in self.inputs for t in ins]
         self._packed = [_packed(layout, g) for g in range(len(layout.data))]
-        with jacobian_mode(problem):
+        substituted = _substituted(problem, values) if problem.functional else contextlib.nullcontext()
+        with jacobian_mode(problem), substituted:
             self.losses, self.metrics = evaluate_losses(problem, closure)
             f = self.losses[0]
             if f.grad_fn is None:
