@@ -255,32 +255,52 @@ class Game:
         self.loss_scale = loss_scale
         self.skipped_steps = 0
         self._forward_mode = autodiff.ForwardMode()  # kept across re-layouts
-        self.algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
-        if not isinstance(self.algorithm, Algorithm):
-            raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(self.algorithm).__name__}")
+        algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
+        _check_algorithm(algorithm)
         self._parallel = DataParallel(process_group) if process_group is not None else None
         self.check_replicas_every = int(check_replicas_every)
         self._steps = 0
         self._build_layout()
-        if self._constrained and not self.algorithm.first_order:
-            raise ValueError(
-                f"{type(self.algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
-                "constrained players need a first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
-            )
-        compiled = [p.name for p in self.players if p.module is not None and _is_compiled(p.module)]
-        if compiled and not self.algorithm.first_order:
-            raise ValueError(
-                f"{type(self.algorithm).__name__} needs double backward (Jacobian products), which torch.compile'd "
-                f"modules do not support (players {compiled}): give the game the uncompiled modules, or use a "
-                "first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
-            )
+        self._check_fits(algorithm)
         for what in self.project_(self.layout.data):
             log.info("the starting point was outside its feasible set: projected %s", what)
         if self._parallel is not None:
             with torch.no_grad():
                 self._parallel.broadcast_(self.layout.data)
-        self.algorithm.bind(self)
-        self.optimizer = GameOptimizer(self, self.algorithm)
+        self.algorithm = algorithm  # binds it and builds ``self.optimizer``
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The algorithm, bound to this game. Assigning another one checks that it fits
+        the players, binds it (fresh state) and builds a new :attr:`optimizer` (the
+        ``torch.optim.Optimizer`` for schedulers and Lightning); the previous
+        optimizer then refuses to step."""
+        return self._algorithm
+
+    @algorithm.setter
+    def algorithm(self, algorithm: Algorithm) -> None:
+        _check_algorithm(algorithm)
+        self._check_fits(algorithm)
+        algorithm.bind(self)
+        self._algorithm = algorithm
+        self.optimizer = GameOptimizer(self, algorithm)
+
+    def _check_fits(self, algorithm: Algorithm) -> None:
+        """Second-order algorithms need double backward and have no projected version."""
+        if algorithm.first_order:
+            return
+        if self._constrained:
+            raise ValueError(
+                f"{type(algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
+                "constrained players need a first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
+            )
+        compiled = [p.name for p in self.players if p.module is not None and _is_compiled(p.module)]
+        if compiled:
+            raise ValueError(
+                f"{type(algorithm).__name__} needs double backward (Jacobian products), which torch.compile'd "
+                f"modules do not support (players {compiled}): give the game the uncompiled modules, or use a "
+                "first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
+            )
 
     # ---------------------------------------------------------- data parallel
     def _mean_(self, vec: Vec) -> Vec:
@@ -670,6 +690,11 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
             if b is not None and name not in sub._non_persistent_buffers_set:
                 out[f"{prefix}.{name}" if prefix else name] = b
     return out
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
 
 
 class _Watch:

@@ -37,7 +37,8 @@ class GameOptimizer(torch.optim.Optimizer):
       The per-parameter ``state`` of ``torch.optim`` stays empty: an algorithm's
       state is joint vectors over all players, which ``state_dict`` carries.
 
-    The game builds it; the players are fixed (no :meth:`add_param_group`).
+    The game builds it; the players are fixed (no :meth:`add_param_group`). Assigning
+    ``game.algorithm`` builds a new one; this one then refuses to step.
     """
 
     def __init__(self, game: Steppable, algorithm: Algorithm) -> None:
@@ -52,6 +53,11 @@ class GameOptimizer(torch.optim.Optimizer):
         game = self._game
         if game is None:
             raise RuntimeError("this GameOptimizer has no game")
+        if game.algorithm is not self.algorithm:
+            raise RuntimeError(
+                "the game's algorithm was replaced after this optimizer was made: step game.optimizer "
+                "(and give schedulers game.optimizer again)"
+            )
         return game.step_closure(game.losses if closure is None else closure)
 
     def state_dict(self) -> dict[str, Any]:

@@ -42,6 +42,9 @@ class Steppable(Protocol):
 
     losses: Callable[..., Any]
 
+    @property
+    def algorithm(self) -> Any: ...
+
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses: ...
 
 

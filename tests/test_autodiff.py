@@ -158,8 +158,7 @@ def test_second_order_step_on_a_conv_gan_in_training_mode() -> None:
     gen, disc, real, noise = _cases()["conv-batchnorm"]
     ref = copy.deepcopy(gen)
     game = _gan_game(gen, disc, real, noise)
-    game.algorithm = gameopt.SGA(0.01)
-    game.algorithm.bind(game)
+    game.algorithm = gameopt.SGA(0.01)  # bound by the assignment
     game.step()
     assert not torch.equal(gen.fc.weight, ref.fc.weight)
     assert all(torch.isfinite(t).all() for t in game.layout.data)

@@ -120,8 +120,7 @@ def test_jacobian_products_through_a_conv_gan_on_the_device() -> None:
     lhs = sum((a * b).sum() for a, b in zip(u, jv))
     rhs = sum((a * b).sum() for a, b in zip(jtu, v))
     torch.testing.assert_close(lhs, rhs, rtol=1e-9, atol=1e-12)
-    game.algorithm = gameopt.ConsensusOptimization(1e-3, gamma=0.5)
-    game.algorithm.bind(game)
+    game.algorithm = gameopt.ConsensusOptimization(1e-3, gamma=0.5)  # bound by the assignment
     before = [p.params.clone() for p in game.players]
     game.step()
     assert all(not torch.equal(b, p.params) for b, p in zip(before, game.players))

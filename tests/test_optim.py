@@ -95,3 +95,33 @@ def test_a_scheduler_needs_the_optimizer_not_the_algorithm() -> None:
     game.step()
     sched.step()
     assert game.algorithm.lrs == [0.025] * 3
+
+
+def test_assigning_another_algorithm_binds_it_and_makes_a_new_optimizer() -> None:
+    game, tg = _game(gameopt.SimGD(0.1))
+    old = game.optimizer
+    game.step()
+    game.algorithm = gameopt.Extragradient(0.05)
+    assert game.optimizer is not old and game.optimizer.algorithm is game.algorithm
+    assert game.algorithm.lrs == [0.05] * 3
+    with pytest.raises(RuntimeError, match="algorithm was replaced"):
+        old.step()
+    before = tg.params()
+    ref, tg2 = _game(gameopt.Extragradient(0.05))
+    with torch.no_grad():
+        for m, w in zip(tg2.modules, before):
+            m.w.copy_(w)
+    game.optimizer.step()
+    ref.step()
+    assert all(torch.equal(a, b) for a, b in zip(tg.params(), tg2.params()))
+
+
+def test_an_algorithm_that_does_not_fit_is_refused_and_nothing_changes() -> None:
+    game, _ = _game(gameopt.SimGD(0.1))
+    algorithm, optimizer = game.algorithm, game.optimizer
+    with pytest.raises(TypeError, match="gameopt Algorithm"):
+        game.algorithm = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="3 players"):
+        game.algorithm = gameopt.SimGD([0.1, 0.2])
+    assert game.algorithm is algorithm and game.optimizer is optimizer
+    game.step()
