@@ -249,6 +249,21 @@ def _substituted(problem: Problem, values: dict[int, Tensor]) -> Iterator[None]:
             sub._parameters[name] = p
 
 
+def _graph_inputs(
+    problem: Problem, params: Sequence[Sequence[nn.Parameter]]
+) -> tuple[list[list[Tensor]], contextlib.AbstractContextManager[None]]:
+    """What a kept graph is built on, for each list of ``params``, and the context
+    the losses run in. With modules: a detached alias of each parameter (the same
+    storage, a leaf of its own), substituted for it, so that the graph pins no
+    parameter (gameopt could not fuse it again while the graph lives). Players
+    given as tensors: the tensors themselves."""
+    if not problem.functional:
+        return [list(ps) for ps in params], contextlib.nullcontext()
+    inputs = [[p.detach().requires_grad_() for p in ps] for ps in params]
+    values = {id(p): alias for ps, aliases in zip(params, inputs) for p, alias in zip(ps, aliases)}
+    return inputs, _substituted(problem, values)
+
+
 @contextlib.contextmanager
 def jacobian_mode(problem: Problem) -> Iterator[None]:
     """Kernels with double backward: the math attention backend, and mkldnn off where
@@ -376,25 +391,13 @@ class Linearization:
             [k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(problem.names))
         ]
         self.functional = problem.functional
-        # per entry, per parameter: the tensors differentiated against. With modules, a
-        # detached alias of each parameter (the same storage, a leaf of its own) is
-        # substituted for it, so that the kept graph holds no parameter (which would
-        # pin it: gameopt could not fuse it again while this linearization lives);
-        # players given as tensors: the tensors themselves
-        values: dict[int, Tensor] = {}
-        if self.functional:
-            self.inputs: list[list[Tensor]] = []
-            for e in layout.entries:
-                aliases = [p.detach().requires_grad_() for p in e.buffer.params]
-                values.update(zip(map(id, e.buffer.params), aliases))
-                self.inputs.append(aliases)
-        else:
-            self.inputs = [list(e.buffer.params) for e in layout.entries]
+        # per entry, per parameter: the tensors differentiated against
+        self.inputs, substituted = _graph_inputs(problem, [e.buffer.params for e in layout.entries])
         self._entry_packed = [_entry_packed(e) for e in layout.entries]
         index = {id(e): k for k, e in enumerate(layout.entries)}
         self._groups = [[index[id(e)] for e in layout.group_entries(g)] for g in range(len(layout.data))]
         self._all_packed = all(_packed(layout, g) for g in range(len(layout.data)))
-        with jacobian_mode(problem), _substituted(problem, values) if self.functional else contextlib.nullcontext():
+        with jacobian_mode(problem), substituted:
             self.losses, self.metrics = evaluate_losses(problem, closure)
             # per entry, per parameter: differentiable ξ
             self.pieces: list[_Part] = [[None] * len(ins) for ins in self.inputs]
@@ -838,20 +841,11 @@ class ZeroSumLinearization:
         self._spent = False  # a product with last=True freed the graph
         self._mean = problem.mean_
         layout = self.layout = problem.layout
-        # per group, in storage order: the tensors differentiated against; with modules,
-        # a detached alias of each parameter substituted for it (as in Linearization:
-        # the kept graph then pins no parameter, which could not be fused again)
+        # per group, in storage order: the tensors differentiated against
         params = [[p for e in layout.group_entries(g) for p in e.buffer.params] for g in range(len(layout.data))]
-        values: dict[int, Tensor] = {}
-        if problem.functional:
-            self.inputs = [[p.detach().requires_grad_() for p in ps] for ps in params]
-            for ps, aliases in zip(params, self.inputs):
-                values.update(zip(map(id, ps), aliases))
-        else:
-            self.inputs = params
+        self.inputs, substituted = _graph_inputs(problem, params)
         self._flat_inputs = [t for ins in self.inputs for t in ins]
         self._packed = [_packed(layout, g) for g in range(len(layout.data))]
-        substituted = _substituted(problem, values) if problem.functional else contextlib.nullcontext()
         with jacobian_mode(problem), substituted:
             self.losses, self.metrics = evaluate_losses(problem, closure)
             f = self.losses[0]

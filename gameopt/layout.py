@@ -204,11 +204,6 @@ class VecPool:
             debug.poison_(t for v in self._owned if v[0].untyped_storage().data_ptr() not in live for t in v)
         self._owned = kept
 
-    @property
-    def num_vectors(self) -> int:
-        """How many joint vectors from the pool the kept state holds."""
-        return len(self._owned)
-
 
 def all_finite(vecs: Sequence[Tensor]) -> bool:
     """True when every element is finite: one reduction per tensor (a sum, which

@@ -51,6 +51,50 @@ class TestGame:
         return [m.w.detach().clone() for m in self.modules]
 
 
+def assert_same_state(a, b) -> None:
+    """``a`` and ``b`` (nested dicts, lists, tuples, tensors, numbers) are equal: the
+    same structure, tensors of the same dtype with the same values."""
+    if isinstance(a, Tensor):
+        assert isinstance(b, Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same_state(x, y)
+    else:
+        assert a == b
+
+
+@dataclass
+class Resumed:
+    straight: list[Tensor]  # the parameters after all steps in one run
+    straight_game: gameopt.Game
+    checkpoint: dict  # the state after ``cut`` steps, through torch.save/load
+    game: gameopt.Game  # a fresh game loaded from it, stepped to the end
+
+
+def straight_and_resumed(tg: TestGame, make: Callable[[], gameopt.Algorithm], steps: int, cut: int, **build) -> Resumed:
+    """``steps`` steps in one run; then ``cut`` steps, a checkpoint written and read
+    back (``weights_only``), and the remaining steps on a fresh game (fresh modules at
+    the initial point) that loads it. ``tg.params()`` is then the resumed run's."""
+    straight_game = tg.build(make(), **build)
+    for _ in range(steps):
+        straight_game.step()
+    straight = tg.params()
+    game = tg.build(make(), **build)
+    for _ in range(cut):
+        game.step()
+    checkpoint = saved_and_loaded(game.state_dict())
+    resumed = tg.build(make(), **build)
+    resumed.load_state_dict(checkpoint)
+    for _ in range(steps - cut):
+        resumed.step()
+    return Resumed(straight, straight_game, checkpoint, resumed)
+
+
 def saved_and_loaded(obj):
     """``obj`` written with ``torch.save`` and read back with ``torch.load(weights_only=True)``,
     as a checkpoint is."""

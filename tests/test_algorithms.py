@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from games import GAMES, RefRule, bilinear, ref_trajectory, saved_and_loaded
+from games import GAMES, RefRule, bilinear, ref_trajectory, straight_and_resumed
 
 import gameopt
 
@@ -134,19 +134,7 @@ def test_matches_closed_form(info: AlgoInfo, game_name: str, raw: bool) -> None:
 def test_resume_is_bit_exact(info: AlgoInfo, dtype: torch.dtype) -> None:
     tg = GAMES["nonquadratic"]()
     lrs = _lrs(3)
-    game = tg.build(info.make(lrs), dtype=dtype)
-    for _ in range(8):
-        game.step()
-    straight = tg.params()
-
-    game = tg.build(info.make(lrs), dtype=dtype)
-    for _ in range(4):
-        game.step()
-    saved = saved_and_loaded(game.state_dict())
-    resumed = tg.build(info.make(lrs), dtype=dtype)  # fresh modules at the initial point
-    resumed.load_state_dict(saved)
-    for _ in range(4):
-        resumed.step()
+    straight = straight_and_resumed(tg, lambda: info.make(lrs), steps=8, cut=4, dtype=dtype).straight
     for a, b in zip(tg.params(), straight):
         assert a.dtype == dtype
         assert torch.equal(a, b)

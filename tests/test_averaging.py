@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from games import GAMES, RefRule, bilinear, ref_trajectory, saved_and_loaded
+from games import GAMES, RefRule, assert_same_state, bilinear, ref_trajectory, straight_and_resumed
 from torch import Tensor
 
 import gameopt
@@ -165,43 +165,16 @@ def test_the_base_must_be_an_algorithm_and_first_order_is_the_bases() -> None:
 
 
 # ------------------------------------------------------------- checkpoints
-def _assert_same(a, b) -> None:
-    if isinstance(a, Tensor):
-        assert isinstance(b, Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_same(x, y)
-    else:
-        assert a == b
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
 def test_resume_is_bit_exact_average_included(dtype) -> None:
     def make():
         return gameopt.Averaging(gameopt.SimGD(LRS[3], update=gameopt.Momentum(0.5)), kind="ema", decay=0.8, start=2)
 
     tg = GAMES["nonquadratic"]()
-    straight = tg.build(make(), dtype=dtype)
-    for _ in range(8):
-        straight.step()
-    want_w, want_avg = tg.params(), straight.algorithm.average()
-
-    game = tg.build(make(), dtype=dtype)
-    for _ in range(4):
-        game.step()
-    loaded = saved_and_loaded(game.state_dict())
-    resumed = tg.build(make(), dtype=dtype)
-    resumed.load_state_dict(loaded)
-    assert resumed.algorithm.state["count"] == 4
-    for _ in range(4):
-        resumed.step()
-    _assert_same(tg.params(), want_w)
-    _assert_same(resumed.algorithm.average(), want_avg)
+    run = straight_and_resumed(tg, make, steps=8, cut=4, dtype=dtype)
+    assert run.checkpoint["algorithm"]["state"]["count"] == 4
+    assert_same_state(tg.params(), run.straight)
+    assert_same_state(run.game.algorithm.average(), run.straight_game.algorithm.average())
 
 
 def test_a_refused_load_changes_nothing() -> None:
@@ -221,9 +194,9 @@ def test_a_refused_load_changes_nothing() -> None:
     for bad, match in ((wrong_shape, "avg"), (no_avg, "avg"), (bad_count, "count"), (lookahead, "Lookahead")):
         with pytest.raises(ValueError, match=match):
             game.load_state_dict(bad)
-        _assert_same(game.state_dict(), now)
+        assert_same_state(game.state_dict(), now)
     game.load_state_dict(good)  # a good one still loads
-    _assert_same(game.state_dict(), good)
+    assert_same_state(game.state_dict(), good)
 
 
 # ------------------------------------------------------------- feasible sets

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from games import GAMES, VecModule, saved_and_loaded
+from games import GAMES, VecModule, assert_same_state, saved_and_loaded
 from torch import nn
 
 import gameopt
@@ -154,21 +154,6 @@ def _state_tensors(game):
     return copy.deepcopy(sd)
 
 
-def _assert_same_state(a, b) -> None:
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _assert_same_state(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_same_state(x, y)
-    else:
-        assert a == b
-
-
 @pytest.mark.parametrize(
     "make, where",
     [
@@ -208,7 +193,7 @@ def test_non_finite_field_refuses_the_step_and_changes_nothing(make, where) -> N
         game.step()
     for a, b in zip(tg.params(), before_params):
         assert torch.equal(a, b)
-    _assert_same_state(game.state_dict(), before_state)
+    assert_same_state(game.state_dict(), before_state)
     if where == "first" and isinstance(game.algorithm, gameopt.Extragradient):
         assert armed["calls"] == 1  # never evaluated at a non-finite extrapolated point
 
@@ -233,7 +218,7 @@ def test_state_dict_is_a_snapshot_that_later_steps_do_not_touch(name) -> None:
     frozen = copy.deepcopy(saved)
     for _ in range(4):
         game.step()
-    _assert_same_state(saved, frozen)
+    assert_same_state(saved, frozen)
 
 
 def test_skip_option_skips_non_finite_steps() -> None:
@@ -281,7 +266,7 @@ def test_load_state_dict_rejects_mismatches_and_changes_nothing() -> None:
     with pytest.raises(ValueError):
         game.load_state_dict(wrong_shape)
     assert all(torch.equal(a, b) for a, b in zip(tg.params(), before))
-    _assert_same_state(game.state_dict(), good)
+    assert_same_state(game.state_dict(), good)
 
 
 def test_checkpoint_file_loads_with_weights_only(tmp_path) -> None:
@@ -292,7 +277,7 @@ def test_checkpoint_file_loads_with_weights_only(tmp_path) -> None:
     path = tmp_path / "ckpt.pt"
     torch.save(game.state_dict(), path)
     sd = torch.load(path, weights_only=True)
-    _assert_same_state(sd, game.state_dict())
+    assert_same_state(sd, game.state_dict())
 
 
 # ---------------------------------------------------------- player corner cases
@@ -430,9 +415,9 @@ def test_every_malformed_state_dict_is_a_value_error_that_changes_nothing() -> N
             pass
         else:
             pytest.fail(f"accepted a state_dict with {name}")
-        _assert_same_state(game.state_dict(), now)
+        assert_same_state(game.state_dict(), now)
     game.load_state_dict(good)  # a good one still loads
-    _assert_same_state(game.state_dict(), good)
+    assert_same_state(game.state_dict(), good)
 
 
 def test_state_dict_carries_module_buffers_and_a_game_checkpoint_alone_resumes(tmp_path) -> None:

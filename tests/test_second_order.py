@@ -8,7 +8,7 @@ import functools
 
 import pytest
 import torch
-from games import GAMES, saved_and_loaded
+from games import GAMES, straight_and_resumed
 
 import gameopt
 
@@ -182,18 +182,7 @@ def test_linearization_products(game_name, raw, cross) -> None:
 def test_zero_sum_solvers_resume_bit_exact(make) -> None:
 
     tg = GAMES["bilinear"]()
-    game = tg.build(make())
-    for _ in range(6):
-        game.step()
-    straight = tg.params()
-    game = tg.build(make())
-    for _ in range(3):
-        game.step()
-    loaded = saved_and_loaded(game.state_dict())
-    resumed = tg.build(make())
-    resumed.load_state_dict(loaded)
-    for _ in range(3):
-        resumed.step()
+    straight = straight_and_resumed(tg, make, steps=6, cut=3).straight
     assert all(torch.equal(a, b) for a, b in zip(tg.params(), straight))
 
 

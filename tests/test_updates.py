@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from games import GAMES, ref_trajectory, saved_and_loaded
+from games import GAMES, ref_trajectory, straight_and_resumed
 from torch import Tensor, nn
 
 import gameopt
@@ -155,18 +155,7 @@ def test_resume_is_bit_exact(name, convention, dtype) -> None:
     def make() -> gameopt.Algorithm:
         return RESUMED[name](lrs, gameopt.RMSProp(convention=convention))
 
-    game = tg.build(make(), dtype=dtype)
-    for _ in range(8):
-        game.step()
-    straight = tg.params()
-    game = tg.build(make(), dtype=dtype)
-    for _ in range(4):
-        game.step()
-    saved = saved_and_loaded(game.state_dict())
-    resumed = tg.build(make(), dtype=dtype)
-    resumed.load_state_dict(saved)
-    for _ in range(4):
-        resumed.step()
+    straight = straight_and_resumed(tg, make, steps=8, cut=4, dtype=dtype).straight
     for a, b in zip(tg.params(), straight):
         assert a.dtype == dtype
         assert torch.equal(a, b)
