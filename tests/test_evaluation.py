@@ -9,7 +9,7 @@ import copy
 
 import pytest
 import torch
-from test_game import _assert_same_state
+from games import assert_same_state
 from torch import nn
 
 import gameopt
@@ -160,7 +160,7 @@ def test_an_error_in_any_evaluation_propagates_and_changes_nothing(name, call) -
         return
     after = game.state_dict()
     assert torch.equal(torch.get_rng_state(), rng) or call == 2
-    _assert_same_state(after, before)
+    assert_same_state(after, before)
     assert game._forward_mode.ok
 
 
