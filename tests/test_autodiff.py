@@ -321,3 +321,41 @@ def test_first_order_through_grad_writes_each_gradient_before_the_next_arrives(m
     assert [d for p, d in zip(game.players[0].parameters, done) if id(p) in later] == [True] * len(later)
     assert not done[[id(p) for p in game.players[0].parameters].index(id(first))]
     assert went == [0, 1]
+
+
+# ----------------------- reverse passes without torch's Python-side check (issue 15)
+def _graph():
+    torch.manual_seed(5)
+    a, b, unused = (torch.randn(3, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    g = torch.autograd.grad((a.sin() * b).sum() + (a @ b.T).square().sum(), [a, b], create_graph=True)
+    return list(g), [a, b, unused]
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_product_is_autograd_grad_bit_for_bit(create_graph) -> None:
+    outs, ins = _graph()
+    vs = [torch.randn_like(t) for t in outs]
+    ref = torch.autograd.grad(outs, ins, vs, retain_graph=True, create_graph=create_graph, allow_unused=True)
+    got = autodiff._product(outs, ins, vs, retain_graph=True, create_graph=create_graph)
+    assert got[2] is None and ref[2] is None  # unreached: None, as allow_unused gives
+    for r, g in zip(ref[:2], got[:2]):
+        assert torch.equal(_bits(r), _bits(g))
+        assert g.requires_grad is create_graph
+
+
+def test_product_without_the_fast_path_is_the_same(monkeypatch) -> None:
+    outs, ins = _graph()
+    vs = [torch.randn_like(t) for t in outs]
+    fast = autodiff._product(outs, ins, vs, retain_graph=True)
+    monkeypatch.setattr(autodiff, "_engine_run_backward", None)  # an older torch
+    slow = autodiff._product(outs, ins, vs, retain_graph=True)
+    assert all(torch.equal(f, s) for f, s in zip(fast[:2], slow[:2]))
+
+
+def test_product_refuses_grad_outputs_that_do_not_fit() -> None:
+    """The engine itself checks what ``grad``'s skipped Python check would have."""
+    outs, ins = _graph()
+    with pytest.raises(RuntimeError, match="invalid gradient at index 1"):
+        autodiff._product(outs, ins, [torch.ones(3, 4, dtype=torch.float64), torch.ones(4, 3)], retain_graph=True)
+    with pytest.raises(ValueError, match="1 grad_outputs for 2 outputs"):
+        autodiff._product(outs, ins, [torch.ones(3, 4, dtype=torch.float64)], retain_graph=True)

@@ -499,3 +499,25 @@ def test_a_kept_linearization_does_not_pin_the_parameters(zero_sum) -> None:
     other = gameopt.Game(modules, game.losses, algorithm=gameopt.SGA(0.1))  # fuses the modules again
     other.step()
     assert lin.vjp(lin.xi) is not None  # and the kept graph still works
+
+
+@pytest.mark.parametrize("zero_sum", [False, True])
+def test_a_step_after_a_re_fuse_differentiates_the_new_parameters(zero_sum) -> None:
+    """Kept graphs are built on aliases made once per layout. After a module's
+    parameters are replaced (``load_state_dict(assign=True)``: the game fuses them
+    again), the next step takes the new values, bit for bit as a new game on the same
+    modules does, and the module keeps its new parameters registered."""
+    games = [_zero_sum_game("gan", ZERO_SUM["SGA-dimension"](zero_sum))[0] for _ in range(2)]
+    for game in games:
+        game.step()
+        disc = game.players[1].module
+        disc.load_state_dict({k: v + 0.25 for k, v in disc.state_dict().items()}, assign=True)
+    games[0].step()  # notices the new parameters and fuses them
+    modules = [p.module for p in games[1].players]
+    gameopt.Game(modules, games[1].losses, algorithm=ZERO_SUM["SGA-dimension"](zero_sum)).step()
+    modules = [[p.module for p in game.players] for game in games]
+    for mine, ref in zip(modules[0], modules[1]):
+        for (name, p), q in zip(mine.named_parameters(), ref.parameters()):
+            assert type(p) is torch.nn.Parameter, name  # no alias left behind
+            assert torch.equal(p, q), name
+            assert p.data_ptr() != q.data_ptr()
