@@ -24,6 +24,7 @@ from types import ModuleType
 import torch
 
 from benchmarks._common import base_parser, calibrate, compare, setup
+from benchmarks.second_order import zero_sum_f
 from benchmarks.step_cost import ADAM_LR, LR, Pair, gan_losses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,13 @@ METHODS: dict[str, Callable[[ModuleType], object]] = {
     "LOLA": lambda g: g.LOLA(LR, alpha=LR),
     "CGD (5 products)": lambda g: g.CGD(LR, tol=1e-30, maxiter=5),
 }
+#: on the zero-sum losses (−f, f) of ``benchmarks.second_order``, through the zero-sum path
+ZERO_SUM_METHODS: dict[str, Callable[[ModuleType], object]] = {
+    "HamiltonianGD zero-sum": lambda g: g.HamiltonianGD(LR, zero_sum=True),
+    "Consensus zero-sum": lambda g: g.ConsensusOptimization(LR, gamma=0.1, zero_sum=True),
+    "SGA zero-sum": lambda g: g.SGA(LR, zero_sum=True),
+}
+METHODS.update(ZERO_SUM_METHODS)
 
 
 RESTART_EVERY = 16  # steps, on both sides alike
@@ -57,7 +65,8 @@ def load_before(rev: str, into: Path) -> ModuleType:
 def stepper(package: ModuleType, pair: Pair, method: str) -> Callable[[], object]:
     G, D = pair.fresh()
     players = [package.Player(G, name="G"), package.Player(D, name="D")]
-    game = package.Game(players, gan_losses(G, D), algorithm=METHODS[method](package))
+    losses = zero_sum_losses(G, D) if method in ZERO_SUM_METHODS else gan_losses(G, D)
+    game = package.Game(players, losses, algorithm=METHODS[method](package))
     x, z = pair.x, pair.z
     params = [*G.parameters(), *D.parameters()]
     start = [p.detach().clone() for p in params]
@@ -72,6 +81,14 @@ def stepper(package: ModuleType, pair: Pair, method: str) -> Callable[[], object
 
     step.params = lambda: [p.detach().clone() for p in [*G.parameters(), *D.parameters()]]  # type: ignore[attr-defined]
     return step
+
+
+def zero_sum_losses(G: torch.nn.Module, D: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor], tuple]:
+    def losses(x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = zero_sum_f(G, D, x, z)
+        return -f, f
+
+    return losses
 
 
 def same_steps(before: Callable[[], object], after: Callable[[], object]) -> bool:
