@@ -175,7 +175,12 @@ GAMEOPT: dict[str, Callable[[], gameopt.Algorithm]] = {
 }
 
 
-def gameopt_step(pair: Pair, make_algorithm: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+def gameopt_step(
+    pair: Pair, make_algorithm: Callable[[], gameopt.Algorithm], restart_every: int | None = None
+) -> Callable[[], object]:
+    """One gameopt step on the pair's batch per call; with ``restart_every``, every
+    that many calls the parameters go back to the start first (many steps on one
+    batch may diverge: CGD on the deep narrow pair does)."""
     G, D = pair.fresh()
     game = gameopt.Game(
         [gameopt.Player(G, name="G"), gameopt.Player(D, name="D")],
@@ -183,8 +188,14 @@ def gameopt_step(pair: Pair, make_algorithm: Callable[[], gameopt.Algorithm]) ->
         algorithm=make_algorithm(),
     )
     x, z = pair.x, pair.z
+    start = [t.clone() for t in game.layout.data]
+    calls = [0]
 
     def step() -> object:
+        calls[0] += 1
+        if restart_every and calls[0] % restart_every == 0:
+            with torch.no_grad():
+                torch._foreach_copy_(game.layout.data, start)
         return game.step(x, z)
 
     step.game = game  # type: ignore[attr-defined]

@@ -7,15 +7,18 @@
   with small ones has it captured with ``autograd.grad`` and copied with one
   ``_foreach_copy_`` (cheaper per tensor). The same bits either way.
 * Jacobian products: a detached alias of each parameter (the same storage, a leaf
-  of its own, so the kept graph pins no parameter) is substituted for it while the
-  losses run; ``autograd.grad(..., create_graph=True)`` gives a differentiable ξ,
-  one tensor per parameter. ``Jᵀv`` is one reverse pass over that graph with
-  per-parameter grad_outputs (views of ``v``): no ``split``, view or ``cat`` node
-  in the graph; joint vectors are formed outside it (one ``cat`` per group where
-  the parameters tile it). ``Jv`` is forward-over-reverse where every op supports
-  forward-mode AD (dual tensors on a flat leaf per player buffer, whose ``split``
-  views are substituted), else the double-vjp trick. A zero-sum pair (f, −f) has
-  every product as a Hessian-vector product of f (:class:`ZeroSumLinearization`).
+  of its own, so the kept graph pins no parameter; made once per layout) is
+  substituted for it while the losses run; ``autograd.grad(..., create_graph=True)``
+  gives a differentiable ξ, one tensor per parameter. ``Jᵀv`` is one reverse pass
+  over that graph with per-parameter grad_outputs (views of ``v``): no ``split``,
+  view or ``cat`` node in the graph; joint vectors are formed outside it (one
+  ``cat`` per group where the parameters tile it). Products go to autograd's engine
+  without ``autograd.grad``'s Python-side check of each grad_output
+  (:func:`_product`), whose cost grows with the number of tensors. ``Jv`` is
+  forward-over-reverse where every op supports forward-mode AD (dual tensors on a
+  flat leaf per player buffer, whose ``split`` views are substituted), else the
+  double-vjp trick. A zero-sum pair (f, −f) has every product as a Hessian-vector
+  product of f (:class:`ZeroSumLinearization`).
 * During Jacobian products scaled-dot-product attention uses the math backend and
   mkldnn is off, since the fused CPU kernels have no double backward.
 * Every evaluation runs inside the step's :class:`~gameopt.evaluation.Evaluations`
@@ -893,11 +896,12 @@ class ZeroSumLinearization:
     parameters gives ∇f with its graph. With H = ∇²f (symmetric) and
     S = diag(I, −I) (player 0 minimizes f, player 1 minimizes −f): ξ = S∇f,
     J = S H, so every product is a Hessian-vector product through that one kept
-    graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The inputs are the parameters
-    themselves, as in the bare code (no flat leaf, no substitution: no ``split``,
-    view or ``cat`` node in either pass); the per-parameter results become joint
-    vectors with one ``cat`` (or ``_foreach_copy_``) outside the graph, and Jᵀξ's
-    grad_outputs are ∇f's own per-parameter tensors.
+    graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The inputs are one leaf per
+    parameter, as in the bare code (the layout's aliases, :attr:`Problem.aliases`:
+    no flat leaf, no ``split``, view or ``cat`` node in either pass); the
+    per-parameter results become joint vectors with one ``cat`` (or
+    ``_foreach_copy_``) outside the graph, and Jᵀξ's grad_outputs are ∇f's own
+    per-parameter tensors.
 
     Same interface as :class:`Linearization`. The losses must be exactly (f, −f)
     (checked on their values each time: one scalar read).
