@@ -413,10 +413,13 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument(
         "--paths", default="zero_sum,general", help="zero-sum pairs: gameopt paths to time (default: %(default)s)"
     )
+    parser.add_argument(
+        "--target", type=float, default=None, help="seconds per timed sample (default: 0.06; 0.02 with --quick)"
+    )
     args = parser.parse_args(argv)
     setup(args)
     rounds = args.rounds or (5 if args.quick else 15)
-    target = 0.02 if args.quick else 0.06
+    target = args.target or (0.02 if args.quick else 0.06)
     kinds = [k for k in ("mlp-2d", "deep-narrow") if k in args.pairs.split(",")]
     chosen = None if args.methods is None else set(args.methods.split(","))
     wanted = lambda name: chosen is None or name in chosen  # noqa: E731
