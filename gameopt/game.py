@@ -695,6 +695,7 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
 def _check_algorithm(algorithm: Any) -> None:
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
+    algorithm.check_settings()
 
 
 class _Watch:

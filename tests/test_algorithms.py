@@ -251,6 +251,28 @@ def test_ints_are_numbers_and_per_player_lengths_are_checked_when_the_game_is_bu
         GAMES["bilinear"]().build(gameopt.Extragradient(0.1, extrapolation_lr=[0.1]))
 
 
+class _Unset(gameopt.Algorithm):
+    """A user's algorithm whose declared hyperparameter never got a value."""
+
+    gamma = gameopt.Hyper(low=0.0)
+
+    def update(self, oracle, state):  # pragma: no cover - never reached
+        raise AssertionError("a step ran")
+
+
+@pytest.mark.parametrize("wrap", [lambda a: a, gameopt.Lookahead], ids=["plain", "wrapped"])
+def test_a_hyperparameter_without_a_value_is_refused_when_it_meets_a_game(wrap) -> None:
+    game = GAMES["bilinear"]().build(gameopt.SimGD(0.1))
+    before, start = game.algorithm, [t.clone() for t in game.layout.data]
+    message = r"_Unset has no value for 'gamma': construct it as _Unset\(lr, gamma=...\)"
+    with pytest.raises(TypeError, match=message):
+        game.algorithm = wrap(_Unset(0.1))
+    assert game.algorithm is before and all(map(torch.equal, game.layout.data, start))
+    with pytest.raises(TypeError, match=message):
+        GAMES["bilinear"]().build(wrap(_Unset(0.1)))
+    GAMES["bilinear"]().build(wrap(_Unset(0.1, gamma=0.5)))  # given: accepted
+
+
 def test_wrong_number_of_learning_rates() -> None:
     with pytest.raises(ValueError, match="2 learning rates for 3 players"):
         GAMES["quadratic"]().build(gameopt.SimGD([0.1, 0.2]))

@@ -109,6 +109,17 @@ class Algorithm:
         """The schedulable hyperparameters, by name."""
         return _hypers_of(cls)
 
+    def check_settings(self) -> None:
+        """Raise ``TypeError`` naming each :class:`Hyper` of the class that was given
+        no value (an algorithm's constructor passes each to ``super().__init__``)."""
+        unset = [name for name in self.hypers() if name not in self._defaults]
+        if unset:
+            given = ", ".join(f"{n}=..." for n in unset)
+            raise TypeError(
+                f"{type(self).__name__} has no value for {', '.join(map(repr, unset))}: construct it as "
+                f"{type(self).__name__}(lr, {given}) (a constructor of its own passes {given} to super().__init__)"
+            )
+
     @property
     def hyper(self) -> dict[str, Any]:
         """Every setting given to the constructor, by name (for display)."""
@@ -256,6 +267,10 @@ class Wrapper(Algorithm):
     @property
     def first_order(self) -> bool:  # type: ignore[override]
         return self.base.first_order
+
+    def check_settings(self) -> None:
+        super().check_settings()
+        self.base.check_settings()
 
     def bind(self, game: GameView) -> None:
         self.base.bind(game)
