@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import operator
 import re
 import warnings
@@ -93,11 +94,11 @@ class Problem:
         return {id(p): p.detach().requires_grad_() for ps in self.params for p in ps}
 
     @functools.cached_property
-    def alias_places(self) -> list[tuple[dict[str, Any], str, Tensor, nn.Parameter]]:
-        """(the module's ``_parameters``, name, alias, parameter) for every place a
-        parameter is registered: what substituting the aliases writes and restores."""
+    def alias_places(self) -> list[tuple[nn.Module, str, Tensor, nn.Parameter]]:
+        """(module, name, alias, parameter) for every place a parameter is registered:
+        what substituting the aliases writes and restores."""
         return [
-            (sub._parameters, name, self.aliases[id(p)], p)
+            (sub, name, self.aliases[id(p)], p)
             for params, registered in zip(self.params, self.places)
             for p, places in zip(params, registered)
             for sub, name in places
@@ -297,16 +298,17 @@ def _graph_inputs(
 
 
 @contextlib.contextmanager
-def _aliased(places: Sequence[tuple[dict[str, Any], str, Tensor, nn.Parameter]]) -> Iterator[None]:
+def _aliased(places: Sequence[tuple[nn.Module, str, Tensor, nn.Parameter]]) -> Iterator[None]:
     """Let the modules use the aliases of :attr:`Problem.alias_places` for their parameters."""
     try:
-        for registry, name, alias, _ in places:
-            # in the dict itself (as torch.func.functional_call does): the order stays
-            registry[name] = alias
+        for sub, name, alias, _ in places:
+            # in the dict itself (as torch.func.functional_call does): the order stays;
+            # looked up each time (a module's dict may have been replaced)
+            sub._parameters[name] = alias
         yield
     finally:
-        for registry, name, _, p in places:
-            registry[name] = p
+        for sub, name, _, p in places:
+            sub._parameters[name] = p
 
 
 @contextlib.contextmanager
@@ -849,9 +851,10 @@ def _product(
     grad_outputs that gameopt formed itself (views of a joint vector, ∇f's own
     tensors, or dummies), without ``grad``'s Python-side check of each
     (output, grad_output) pair: about 5 µs per tensor on the CPU, 1.3 ms per product
-    on 244 tensors, more than gameopt's whole bookkeeping of a step. The C++ engine
-    still checks every shape, dtype and device (and refuses a mismatch); tensor
-    subclasses with ``__torch_function__`` take the public function."""
+    on 244 tensors, more than gameopt's whole bookkeeping of a step. Shapes are
+    compared here in one C-level pass (the engine alone would sum a broadcastable
+    grad_output); the engine casts dtypes and checks devices, as under ``grad``.
+    Tensor subclasses with ``__torch_function__`` take the public function."""
     outputs, inputs, grad_outputs = tuple(outputs), tuple(inputs), tuple(grad_outputs)
     if (
         _engine_run_backward is None
@@ -863,7 +866,14 @@ def _product(
         )
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"{len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    if list(map(_SHAPE, outputs)) != list(map(_SHAPE, grad_outputs)):
+        k = next(k for k, (o, g) in enumerate(zip(outputs, grad_outputs)) if o.shape != g.shape)
+        shapes = f"{tuple(grad_outputs[k].shape)} and output[{k}] has a shape of {tuple(outputs[k].shape)}"
+        raise RuntimeError(f"Mismatch in shape: grad_output[{k}] has a shape of {shapes}")
     return _engine_run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs, True, accumulate_grad=False)
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 def _check_unspent(lin: Linearization | ZeroSumLinearization) -> None:
@@ -934,7 +944,9 @@ class ZeroSumLinearization:
             f = self.losses[0]
             if f.grad_fn is None:
                 raise _no_path(problem.names[0])
-            if float(f.detach()) + float(self.losses[1].detach()) != 0:  # exactly (f, -f), read as doubles
+            a, b = float(f.detach()), float(self.losses[1].detach())  # exact as doubles
+            # non-finite losses cannot show it: the game refuses them as non-finite
+            if math.isfinite(a) and math.isfinite(b) and a + b != 0:
                 raise ValueError("zero_sum=True needs a two-player zero-sum game given as losses (f, -f)")
             grads = torch.autograd.grad(
                 f if scale == 1.0 else f * scale, self._flat_inputs, create_graph=True, allow_unused=True

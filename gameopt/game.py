@@ -151,6 +151,9 @@ class Oracle:
                 cross=cross,
             )
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
+        if zero_sum and self.game._parallel is None and not all_finite(self._all_losses[-1]):
+            # whether they are (f, −f) cannot be checked (a data-parallel game: ξ's check below)
+            raise NonFiniteError(self.where("a loss of the zero-sum game"))
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
             raise NonFiniteError(self.where("the vector field ξ"))
         return lin
@@ -695,7 +698,6 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
 def _check_algorithm(algorithm: Any) -> None:
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
-    algorithm.check_settings()
 
 
 class _Watch:

@@ -216,7 +216,7 @@ def all_finite(vecs: Sequence[Tensor]) -> bool:
     for t in vecs:
         if t.numel():
             if t.is_complex():  # both parts
-                t = torch.view_as_real(t)
+                t = torch.view_as_real(t.resolve_conj())
             low = t.dtype in (torch.float16, torch.bfloat16)
             sums.append(t.sum(dtype=torch.float32) if low else t.sum())
     if not sums:

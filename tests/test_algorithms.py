@@ -261,7 +261,7 @@ class _Unset(gameopt.Algorithm):
 
 
 @pytest.mark.parametrize("wrap", [lambda a: a, gameopt.Lookahead], ids=["plain", "wrapped"])
-def test_a_hyperparameter_without_a_value_is_refused_when_it_meets_a_game(wrap) -> None:
+def test_a_hyperparameter_without_a_value_is_refused_when_it_is_bound(wrap) -> None:
     game = GAMES["bilinear"]().build(gameopt.SimGD(0.1))
     before, start = game.algorithm, [t.clone() for t in game.layout.data]
     message = r"_Unset has no value for 'gamma': construct it as _Unset\(lr, gamma=...\)"
@@ -271,6 +271,13 @@ def test_a_hyperparameter_without_a_value_is_refused_when_it_meets_a_game(wrap) 
     with pytest.raises(TypeError, match=message):
         GAMES["bilinear"]().build(wrap(_Unset(0.1)))
     GAMES["bilinear"]().build(wrap(_Unset(0.1, gamma=0.5)))  # given: accepted
+    GAMES["bilinear"]().build(wrap(_SetWhenBound(0.1)))  # or set when bound
+
+
+class _SetWhenBound(_Unset):
+    def bind(self, game) -> None:
+        self.gamma = 1.0 / sum(p.numel for p in game.players)
+        super().bind(game)
 
 
 def test_wrong_number_of_learning_rates() -> None:

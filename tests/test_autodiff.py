@@ -352,10 +352,15 @@ def test_product_without_the_fast_path_is_the_same(monkeypatch) -> None:
     assert all(torch.equal(f, s) for f, s in zip(fast[:2], slow[:2]))
 
 
-def test_product_refuses_grad_outputs_that_do_not_fit() -> None:
-    """The engine itself checks what ``grad``'s skipped Python check would have."""
+@pytest.mark.parametrize("shape", [(4, 3), (1, 4), (12,)], ids=["transposed", "broadcastable", "flat"])
+def test_product_refuses_grad_outputs_that_do_not_fit(shape) -> None:
+    """As ``torch.autograd.grad`` does: a grad_output the engine would sum to shape
+    (broadcastable) is refused too, not silently summed."""
     outs, ins = _graph()
-    with pytest.raises(RuntimeError, match="invalid gradient at index 1"):
-        autodiff._product(outs, ins, [torch.ones(3, 4, dtype=torch.float64), torch.ones(4, 3)], retain_graph=True)
+    bad = [torch.ones(3, 4, dtype=torch.float64), torch.ones(shape, dtype=torch.float64)]
+    with pytest.raises(RuntimeError):  # (its message may come from a failing list.index)
+        torch.autograd.grad(outs, ins, bad, retain_graph=True, allow_unused=True)
+    with pytest.raises(RuntimeError, match="Mismatch in shape: grad_output\\[1\\] has a shape of"):
+        autodiff._product(outs, ins, bad, retain_graph=True)
     with pytest.raises(ValueError, match="1 grad_outputs for 2 outputs"):
         autodiff._product(outs, ins, [torch.ones(3, 4, dtype=torch.float64)], retain_graph=True)

@@ -26,3 +26,10 @@ def test_all_finite_of_nothing_or_empty_tensors() -> None:
 def test_all_finite_in_half_precision_does_not_overflow_its_sum() -> None:
     """65504 is float16's largest value: a float16 sum of two would be infinite."""
     assert all_finite([torch.full((2,), 65504.0, dtype=torch.float16)]) is True
+
+
+def test_all_finite_of_a_conjugate_view() -> None:
+    z = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    assert all_finite([z.conj()]) is True
+    z[1] = complex(1.0, float("inf"))
+    assert all_finite([z.conj()]) is False

@@ -521,3 +521,35 @@ def test_a_step_after_a_re_fuse_differentiates_the_new_parameters(zero_sum) -> N
             assert type(p) is torch.nn.Parameter, name  # no alias left behind
             assert torch.equal(p, q), name
             assert p.data_ptr() != q.data_ptr()
+
+
+@pytest.mark.parametrize("zero_sum", [False, True])
+def test_a_module_whose_parameter_dict_was_replaced_still_gets_its_aliases(zero_sum) -> None:
+    """Substituting the aliases looks each module's ``_parameters`` up afresh: a dict
+    replaced by an equal one (same parameters, so the game sees nothing to re-fuse)
+    must not leave the losses on the parameters themselves (ξ would miss them)."""
+    game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
+    gameopt.Oracle(game, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
+    net = game.players[0].module.layers[0]
+    net._parameters = dict(net._parameters)
+    lin = gameopt.Oracle(game, game.losses).linearize(zero_sum=zero_sum)
+    field = game.layout.from_per_player(game.vector_field())
+    for a, b in zip(lin.xi, field):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["HGD", "Consensus", "SGA-dimension"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_zero_sum_with_non_finite_losses_is_a_non_finite_step(name, bad) -> None:
+    """Non-finite losses cannot show whether they are (f, −f): the step is refused as
+    non-finite (skipped with ``on_nonfinite="skip"``), not as a game that is not zero-sum."""
+    game, params = _zero_sum_game("gan", ZERO_SUM[name](True))
+    good = game.losses
+    game.losses = lambda: tuple(loss + bad for loss in good())
+    before = params()
+    with pytest.raises(gameopt.NonFiniteError, match="a loss of the zero-sum game is not finite"):
+        game.step()
+    game.on_nonfinite = "skip"
+    game.step()
+    assert game.skipped_steps == 1
+    assert all(map(torch.equal, params(), before))

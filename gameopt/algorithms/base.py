@@ -110,8 +110,9 @@ class Algorithm:
         return _hypers_of(cls)
 
     def check_settings(self) -> None:
-        """Raise ``TypeError`` naming each :class:`Hyper` of the class that was given
-        no value (an algorithm's constructor passes each to ``super().__init__``)."""
+        """Raise ``TypeError`` naming each :class:`Hyper` of the class that has no
+        value (an algorithm's constructor passes each to ``super().__init__``, or its
+        ``bind`` sets it before ``super().bind``). :meth:`bind` checks first."""
         unset = [name for name in self.hypers() if name not in self._defaults]
         if unset:
             given = ", ".join(f"{n}=..." for n in unset)
@@ -136,7 +137,9 @@ class Algorithm:
     # --------------------------------------------------------------- binding
     def bind(self, game: GameView) -> None:
         """Attach to a game: one param group per player (its lr and the schedulable
-        hyperparameters), fresh state."""
+        hyperparameters), fresh state. Refuses (changing nothing) a :class:`Hyper`
+        without a value."""
+        self.check_settings()
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
         per_player = {"lr": lrs, **{k: v for k, v in self.hyper.items() if isinstance(v, list)}}
@@ -268,11 +271,8 @@ class Wrapper(Algorithm):
     def first_order(self) -> bool:  # type: ignore[override]
         return self.base.first_order
 
-    def check_settings(self) -> None:
-        super().check_settings()
-        self.base.check_settings()
-
     def bind(self, game: GameView) -> None:
+        self.check_settings()  # this one's own; the base's own bind checks the base's
         self.base.bind(game)
         self.base.state = {}  # the base's state lives inside this one's, not twice
         self.param_groups, self.defaults = self.base.param_groups, self.base.defaults
