@@ -834,7 +834,7 @@ def _dense(t: Tensor | None) -> Tensor | None:
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
-try:  # what torch.autograd.grad runs after checking its arguments (torch >= 2.3)
+try:  # what torch.autograd.grad runs after checking its arguments (private; checked on torch 2.13)
     from torch.autograd.graph import _engine_run_backward
 except ImportError:  # pragma: no cover - older torch: the public function
     _engine_run_backward = None
