@@ -45,6 +45,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor, nn
 
+from .buffer import _grad, _shape
 from .evaluation import Evaluations, LossError, split_losses
 from .layout import Entry, JointLayout
 from .vec import Vec
@@ -87,22 +88,21 @@ class Problem:
 
     # Made once per layout (the game builds a new problem when a player re-fuses):
     @functools.cached_property
+    def registrations(self) -> list[tuple[nn.Module, str, nn.Parameter]]:
+        """(module, name, parameter) for every place a parameter is registered."""
+        return [
+            (sub, name, p)
+            for params, registered in zip(self.params, self.places)
+            for p, places in zip(params, registered)
+            for sub, name in places
+        ]
+
+    @functools.cached_property
     def aliases(self) -> dict[int, Tensor]:
         """Per parameter (by id): a detached alias (the same storage and version
         counter, a leaf of its own) that kept graphs are built on, so that they pin
         no parameter. Shared by every linearization of this layout."""
         return {id(p): p.detach().requires_grad_() for ps in self.params for p in ps}
-
-    @functools.cached_property
-    def alias_places(self) -> list[tuple[nn.Module, str, Tensor, nn.Parameter]]:
-        """(module, name, alias, parameter) for every place a parameter is registered:
-        what substituting the aliases writes and restores."""
-        return [
-            (sub, name, self.aliases[id(p)], p)
-            for params, registered in zip(self.params, self.places)
-            for p, places in zip(params, registered)
-            for sub, name in places
-        ]
 
     @functools.cached_property
     def group_params(self) -> list[list[nn.Parameter]]:
@@ -114,6 +114,24 @@ class Problem:
     def packed(self) -> list[bool]:
         """Per joint group: its parameters tile it in storage order (see :func:`_packed`)."""
         return [_packed(self.layout, g) for g in range(len(self.layout.data))]
+
+    @functools.cached_property
+    def entry_packed(self) -> list[bool]:
+        """Per layout entry: its parameters tile its buffer (see :func:`_entry_packed`)."""
+        return list(map(_entry_packed, self.layout.entries))
+
+    @functools.cached_property
+    def entries_of(self) -> list[list[int]]:
+        """Per player, the indices of its layout entries."""
+        entries = self.layout.entries
+        return [[k for k, e in enumerate(entries) if e.player == i] for i in range(len(self.names))]
+
+    @functools.cached_property
+    def group_entries(self) -> list[list[int]]:
+        """Per joint group, the indices of its layout entries in storage order."""
+        layout = self.layout
+        index = {id(e): k for k, e in enumerate(layout.entries)}
+        return [[index[id(e)] for e in layout.group_entries(g)] for g in range(len(layout.data))]
 
 
 def evaluate_losses(problem: Problem, closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
@@ -168,7 +186,6 @@ _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into 
 #: its gradient through ``.grad`` (one tensor alive at a time; a few µs more per
 #: tensor), a smaller one has it captured and copied (cheaper per tensor)
 _IN_PLACE = 1 << 12
-_grad = operator.attrgetter("grad")
 
 
 def _captured(problem: Problem, i: int, loss: Tensor, retain_graph: bool, dst: list[Tensor], src: list[Tensor]) -> int:
@@ -268,18 +285,15 @@ def _relink(problem: Problem, i: int, check: bool = True) -> None:
 @contextlib.contextmanager
 def _substituted(problem: Problem, values: dict[int, Tensor]) -> Iterator[None]:
     """Let the modules use ``values[id(param)]`` in place of their parameters."""
-    swapped = []
+    places = problem.registrations
     try:
-        for params, registered in zip(problem.params, problem.places):
-            for p, places in zip(params, registered):
-                for sub, name in places:
-                    # assign in the dict itself (as torch.func.functional_call does):
-                    # the module's parameter order stays as it was
-                    sub._parameters[name] = values[id(p)]
-                    swapped.append((sub, name, p))
+        for sub, name, p in places:
+            # in the dict itself (as torch.func.functional_call does): the module's
+            # parameter order stays; looked up each time (a module's dict may be new)
+            sub._parameters[name] = values[id(p)]
         yield
     finally:
-        for sub, name, p in reversed(swapped):
+        for sub, name, p in places:
             sub._parameters[name] = p
 
 
@@ -294,21 +308,7 @@ def _graph_inputs(
     if not problem.functional:
         return [list(ps) for ps in params], contextlib.nullcontext()
     aliases = problem.aliases
-    return [[aliases[id(p)] for p in ps] for ps in params], _aliased(problem.alias_places)
-
-
-@contextlib.contextmanager
-def _aliased(places: Sequence[tuple[nn.Module, str, Tensor, nn.Parameter]]) -> Iterator[None]:
-    """Let the modules use the aliases of :attr:`Problem.alias_places` for their parameters."""
-    try:
-        for sub, name, alias, _ in places:
-            # in the dict itself (as torch.func.functional_call does): the order stays;
-            # looked up each time (a module's dict may have been replaced)
-            sub._parameters[name] = alias
-        yield
-    finally:
-        for sub, name, _, p in places:
-            sub._parameters[name] = p
+    return [[aliases[id(p)] for p in ps] for ps in params], _substituted(problem, aliases)
 
 
 @contextlib.contextmanager
@@ -434,15 +434,12 @@ class Linearization:
         self._mean = problem.mean_
         layout = problem.layout
         self.layout = layout
-        self.entries_of = [
-            [k for k, e in enumerate(layout.entries) if e.player == i] for i in range(len(problem.names))
-        ]
+        self.entries_of = problem.entries_of
         self.functional = problem.functional
         # per entry, per parameter: the tensors differentiated against
         self.inputs, substituted = _graph_inputs(problem, [e.buffer.params for e in layout.entries])
-        self._entry_packed = [_entry_packed(e) for e in layout.entries]
-        index = {id(e): k for k, e in enumerate(layout.entries)}
-        self._groups = [[index[id(e)] for e in layout.group_entries(g)] for g in range(len(layout.data))]
+        self._entry_packed = problem.entry_packed
+        self._groups = problem.group_entries
         self._all_packed = all(problem.packed)
         with jacobian_mode(problem), substituted:
             self.losses, self.metrics = evaluate_losses(problem, closure)
@@ -866,14 +863,11 @@ def _product(
         )
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"{len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
-    if list(map(_SHAPE, outputs)) != list(map(_SHAPE, grad_outputs)):
+    if list(map(_shape, outputs)) != list(map(_shape, grad_outputs)):
         k = next(k for k, (o, g) in enumerate(zip(outputs, grad_outputs)) if o.shape != g.shape)
         shapes = f"{tuple(grad_outputs[k].shape)} and output[{k}] has a shape of {tuple(outputs[k].shape)}"
         raise RuntimeError(f"Mismatch in shape: grad_output[{k}] has a shape of {shapes}")
     return _engine_run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs, True, accumulate_grad=False)
-
-
-_SHAPE = operator.attrgetter("shape")
 
 
 def _check_unspent(lin: Linearization | ZeroSumLinearization) -> None:
@@ -886,10 +880,9 @@ def _packed(layout: JointLayout, g: int) -> bool:
     (no padding): the group is the ``cat`` of their flattened tensors."""
     end = 0
     for e in layout.group_entries(g):
-        for seg in e.buffer.segments:
-            if e.start + seg.offset != end or not seg.contiguous:
-                return False
-            end += seg.numel
+        if e.start != end or not _entry_packed(e):
+            return False
+        end += e.buffer.numel
     return end == layout.data[g].numel()
 
 

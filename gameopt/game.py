@@ -362,7 +362,7 @@ class Game:
         )
         self._backup: Vec | None = None
         self._pool = VecPool(self.layout)
-        self._watch = _Watch(self.players)
+        self._watch = _Watch(self.players, self._problem.registrations)
         # (entry, parameter index in its buffer, constraint) for every constrained parameter
         self._constrained = [
             (e, k, c)
@@ -704,9 +704,8 @@ class _Watch:
     """What a game's layout was built on: each player's buffers, where each parameter
     is registered, and each parameter's storage pointer and shape."""
 
-    def __init__(self, players: Sequence[Player]) -> None:
+    def __init__(self, players: Sequence[Player], places: Sequence[tuple[nn.Module, str, nn.Parameter]]) -> None:
         self.buffers = [p.buffers for p in players]
-        places = [(sub, name, q) for p in players for q, ps in zip(p.parameters, p.places) for sub, name in ps]
         self.subs = [sub for sub, _, _ in places]
         self.names = [name for _, name, _ in places]
         self.registered = [q for _, _, q in places]

@@ -183,17 +183,29 @@ class Adam(UpdateRule):
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
     ) -> tuple[list[Tensor], State]:
-        b1, b2 = self.betas
         t = state["t"] + 1
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
         out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
         for x, m0, v0, m1, v1, o in zip(d, state["m"], state["v"], m, v, out):
-            torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
-            torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
-            torch.sqrt(v1, out=o).add_(self.eps)
-            torch.div(m1, o, out=o).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
+            self._moments(x, m0, v0, m1, v1)
+            self._direction(m1, v1, t, den=o, out=o)
         return out, {"m": m, "v": v, "t": t}
+
+    # The one place each formula is written, so that moments recomputed by
+    # :meth:`resume` have the bits :meth:`apply` gives.
+    def _moments(self, x: Tensor, m0: Tensor, v0: Tensor, m1: Tensor, v1: Tensor) -> None:
+        """m₁ = β₁ m₀ + (1 − β₁) x, v₁ = β₂ v₀ + (1 − β₂) x², into ``m1`` and ``v1``
+        (neither may be ``x``: m₁ is written before v₁ reads ``x``)."""
+        b1, b2 = self.betas
+        torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
+        torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
+
+    def _direction(self, m1: Tensor, v1: Tensor, t: int, den: Tensor, out: Tensor) -> None:
+        """out = √(1 − β₂ᵗ) / (1 − β₁ᵗ) · m₁ / (√v₁ + ε), the denominator in ``den``."""
+        b1, b2 = self.betas
+        torch.sqrt(v1, out=den).add_(self.eps)
+        torch.div(m1, den, out=out).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
 
     def extrapolate(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
         """:meth:`apply` with ``scratch``; from ``_RECOMPUTE_FROM`` elements on, its new
@@ -203,27 +215,22 @@ class Adam(UpdateRule):
         is computed, one group at a time."""
         if type(self).apply is not Adam.apply or sum(t.numel() for t in d) < _RECOMPUTE_FROM:
             return super().extrapolate(d, state, empty)  # a subclass's own rule, or small vectors
-        b1, b2 = self.betas
         t = state["t"] + 1
         kept = (empty or _empty_like(d))()
         for x, g, m0, v0 in zip(d, kept, state["m"], state["v"]):
             g.copy_(x)
             o = torch.empty_like(x)  # v1, then the denominator
-            torch.mul(v0, b2, out=o).addcmul_(g, g, value=1 - b2)
-            torch.mul(m0, b1, out=x).add_(g, alpha=1 - b1)  # m1, in d (read into g first)
-            o.sqrt_().add_(self.eps)
-            x.div_(o).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
+            self._moments(g, m0, v0, x, o)  # m1 into d (read into g first)
+            self._direction(x, o, t, den=o, out=x)
         return d, {"d": kept}
 
     def resume(self, memo: Any, state: State, empty: Empty | None = None) -> State:
         if "d" not in memo:  # extrapolate kept the moments
             return super().resume(memo, state, empty)
-        b1, b2 = self.betas
         empty = empty or _empty_like(memo["d"])
         m, v = empty(), empty()
         for x, m0, v0, m1, v1 in zip(memo["d"], state["m"], state["v"], m, v):
-            torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
-            torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
+            self._moments(x, m0, v0, m1, v1)
         return {"m": m, "v": v, "t": state["t"] + 1}
 
 
