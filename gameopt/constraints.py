@@ -8,19 +8,36 @@ sets below, or the mirror step of a mirror map (the entropic simplex:
 game forms its new points (and extrapolation points) through it, so each becomes
 its projected or mirror version.
 
-A set of your own is any object with ``project(w)`` (the Euclidean projection
-onto the set, out of place), optionally ``step(w, delta)`` (a mirror step;
-default ``project(w + delta)``), ``check(shape, name)`` (raise ``ValueError`` if
-the set does not fit a parameter of that shape) and ``convex`` (a bool).
+A set of your own is a subclass of :class:`Constraint` (override ``project``,
+and what else differs), or any object with ``project(w)`` (the Euclidean
+projection onto the set, out of place: the :class:`FeasibleSet` protocol), and
+optionally ``step(w, delta)`` (a mirror step; default ``project(w + delta)``),
+``delta_to(w, target)`` (the step from ``w`` that lands on ``target``; default
+``target - w``), ``check(shape, name)`` (raise ``ValueError`` if the set does not
+fit a parameter of that shape) and ``convex`` (a bool; default True). A player
+takes such an object through :func:`as_constraint`, which fills in the defaults
+once, so the game calls one interface, :class:`Constraint`.
+
+Every point a game forms through a set (a step, an extrapolation or look-ahead
+point) is checked finite before it is used or committed: a set that returns NaN
+or ±inf makes the step a non-finite one (``NonFiniteError``, or skipped with
+``on_nonfinite="skip"``), with nothing changed.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+
+@runtime_checkable
+class FeasibleSet(Protocol):
+    """The least a feasible set must have: the Euclidean projection, out of place."""
+
+    def project(self, w: Tensor) -> Tensor: ...
 
 
 class Constraint:
@@ -36,6 +53,10 @@ class Constraint:
         """The new point from ``w`` (feasible) along ``delta``: ``P(w + delta)``."""
         return self.project(w + delta)
 
+    def delta_to(self, w: Tensor, target: Tensor) -> Tensor:
+        """The step from ``w`` whose :meth:`step` lands on ``target`` (feasible): ``target − w``."""
+        return target - w
+
     def check(self, shape: torch.Size, name: str) -> None:
         """Raise ``ValueError`` if the set does not fit a parameter of ``shape``."""
 
@@ -46,6 +67,39 @@ class Constraint:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
+
+
+class _Given(Constraint):
+    """A set that is not a :class:`Constraint` (only :class:`FeasibleSet`): its own
+    methods where it has them, :class:`Constraint`'s defaults for the rest."""
+
+    def __init__(self, given: Any) -> None:
+        self.given = given
+        self.convex = bool(getattr(given, "convex", True))
+        for name in ("step", "delta_to", "check", "contains"):
+            method = getattr(given, name, None)
+            if callable(method):
+                setattr(self, name, method)
+
+    def project(self, w: Tensor) -> Tensor:
+        return self.given.project(w)
+
+    def __repr__(self) -> str:
+        return repr(self.given)
+
+
+def as_constraint(c: Any, what: str = "constraint") -> Constraint:
+    """``c`` as a :class:`Constraint`: itself if it is one; an object with
+    ``project(w)`` (:class:`FeasibleSet`) with the defaults filled in for what it
+    lacks (``step(w, delta) = project(w + delta)``, ``delta_to``, ``check``,
+    ``convex = True``); ``TypeError`` for anything else."""
+    if isinstance(c, Constraint):
+        return c
+    if not isinstance(c, FeasibleSet) or not callable(getattr(c, "project", None)):
+        raise TypeError(
+            f"{what} must be a feasible set with a project(w) method (see gameopt.constraints), got {type(c).__name__}"
+        )
+    return _Given(c)
 
 
 def _finite(name: str, value: Any) -> float:
@@ -126,5 +180,5 @@ class Simplex(Constraint):
         """The step from ``w`` that lands on ``target``: ``target − w``, or for the
         entropic map ``log target − log w`` (0 where ``w`` is 0: such a weight stays 0)."""
         if self.mirror == "euclidean":
-            return target - w
+            return super().delta_to(w, target)
         return torch.where(w > 0, torch.log(target) - torch.log(w), torch.zeros_like(w))

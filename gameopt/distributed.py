@@ -38,16 +38,31 @@ class DataParallel:
         for t in vec:
             torch.distributed.broadcast(t, src=src, group=self.group)
 
+    def broadcast_coalesced_(self, tensors: Sequence[Tensor]) -> None:
+        """Copy rank 0's values to every rank, in place: one broadcast per
+        (device, dtype) group of ``tensors`` (module buffers: many small tensors)."""
+        groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+        for t in tensors:
+            groups.setdefault((t.device, t.dtype), []).append(t)
+        for group in groups.values():
+            flat = torch.cat([t.reshape(-1) for t in group])
+            self.broadcast_([flat])
+            torch._foreach_copy_(group, [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in group]), group)])
+
     def check_replicas(self, vec: Sequence[Tensor]) -> None:
         """Raise if the ranks' copies differ (one small all_reduce)."""
-        sums = [torch.stack([t.double().sum(), t.double().square().sum()]) for t in vec]
-        fingerprint = torch.cat(sums).to(vec[0].device)
+        vec = [t for t in vec if t.numel()]
+        if not vec:
+            return
+        device = vec[0].device
+        sums = [torch.stack([t.double().sum(), t.double().square().sum()]).to(device) for t in vec]
+        fingerprint = torch.cat(sums)
         both = torch.cat([fingerprint, -fingerprint])
         torch.distributed.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
         n = fingerprint.numel()
         if not torch.equal(both[:n], -both[n:]):
             raise RuntimeError(
-                "the ranks' parameters have drifted apart: every rank must apply the same steps "
+                "the ranks' parameters or module buffers have drifted apart: every rank must apply the same steps "
                 "(check that each rank calls game.step the same number of times, with shards of one batch)"
             )
 

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import operator
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -37,6 +38,19 @@ def _autograd_on(method: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         with torch.inference_mode(False), torch.enable_grad():
             return method(*args, **kwargs)
+
+    return wrapped
+
+
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` holding the game's lock (:attr:`Game.lock`): a call from another
+    thread waits until the running step (or checkpoint call) has finished; the same
+    thread may call in again (a closure, a scheduler, ``game.optimizer.step``)."""
+
+    @functools.wraps(method)
+    def wrapped(self: Game, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
 
     return wrapped
 
@@ -238,6 +252,8 @@ class Game:
     ) -> None:
         from .algorithms import SimGD
 
+        # one step (or state_dict/load_state_dict) at a time; re-entrant for the thread holding it
+        self.lock = threading.RLock()
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         self.players = [p if isinstance(p, Player) else Player(p) for p in players]
@@ -265,11 +281,14 @@ class Game:
         self._steps = 0
         self._build_layout()
         self._check_fits(algorithm)
-        for what in self.project_(self.layout.data):
-            log.info("the starting point was outside its feasible set: projected %s", what)
-        if self._parallel is not None:
+        self._check_values()
+        if self._parallel is not None:  # rank 0's parameters and buffers, as DDP does
             with torch.no_grad():
                 self._parallel.broadcast_(self.layout.data)
+                self._parallel.broadcast_coalesced_(self._replicated_buffers())
+        self._check_start()
+        for what in self.project_(self.layout.data):
+            log.info("the starting point was outside its feasible set: projected %s", what)
         self.algorithm = algorithm  # binds it and builds ``self.optimizer``
 
     @property
@@ -281,6 +300,7 @@ class Game:
         return self._algorithm
 
     @algorithm.setter
+    @_one_at_a_time
     def algorithm(self, algorithm: Algorithm) -> None:
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
@@ -324,12 +344,46 @@ class Game:
                 self._mean_([torch.full_like(t, float("nan")) for t in self.layout.grad])
             raise
 
+    def _replicated_buffers(self, persistent: bool = False) -> list[Tensor]:
+        """The players' module buffers (each once; with ``persistent``, only those in
+        the modules' ``state_dict``), which a data-parallel game keeps equal on every rank."""
+        seen: dict[int, Tensor] = {}
+        for m in self._submodules:
+            for name, b in m._buffers.items():
+                if b is not None and not (persistent and name in m._non_persistent_buffers_set):
+                    seen.setdefault(id(b), b)
+        return list(seen.values())
+
     def check_replicas(self) -> None:
-        """Raise ``RuntimeError`` if the ranks' parameters differ (data-parallel games)."""
+        """Raise ``RuntimeError`` if the ranks' parameters or persistent module
+        buffers differ (data-parallel games)."""
         if self._parallel is not None:
-            self._parallel.check_replicas(self.layout.data)
+            self._parallel.check_replicas([*self.layout.data, *self._replicated_buffers(persistent=True)])
 
     # ---------------------------------------------------------------- setup
+    def _check_values(self) -> None:
+        """Refuse parameters without values (on the ``meta`` device)."""
+        for p in self.players:
+            for k, q in enumerate(p.parameters):
+                if q.is_meta:
+                    raise ValueError(
+                        f"player {p.name!r}: parameter {k} (shape {tuple(q.shape)}) is on the meta device and holds "
+                        "no values: materialize the module first (module.to_empty(device=...), then initialize it)"
+                    )
+
+    def _check_start(self) -> None:
+        """Refuse a starting point that is not finite (before any projection, which
+        could hide an infinity), naming the parameters."""
+        if all_finite(self.layout.data):
+            return
+        bad = [
+            f"parameter {k} of player {p.name!r}"
+            for p in self.players
+            for k, q in enumerate(p.parameters)
+            if not torch.isfinite(q.detach()).all()
+        ]
+        raise ValueError(f"the starting point is not finite ({', '.join(bad)}): a game starts from finite parameters")
+
     def _own_losses(self, *args: Any, **kwargs: Any) -> list[Tensor]:
         return [p.loss(*args, **kwargs) for p in self.players]  # type: ignore[misc]
 
@@ -422,10 +476,16 @@ class Game:
                 else:
                     self.layout.add_scaled_(data, *along)  # type: ignore[misc]
                     d, factors = along  # type: ignore[misc]
-                    for (e, k, c), w, step in zip(
-                        self._constrained, self._views(self._backup), self._views(d, scale=factors)
-                    ):
-                        self._param_view(data, e, k).copy_(c.step(w, step))
+                    points = [
+                        c.step(w, step)
+                        for (_, _, c), w, step in zip(
+                            self._constrained, self._views(self._backup), self._views(d, scale=factors)
+                        )
+                    ]
+                    if not all_finite(points):
+                        raise NonFiniteError(self._not_finite_through_sets(points))
+                    for (e, k, _), point in zip(self._constrained, points):
+                        self._param_view(data, e, k).copy_(point)
             if not all_finite(data):
                 raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
             yield
@@ -448,14 +508,27 @@ class Game:
         """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
         a constrained parameter its set's step (the projection ``P(w + delta)``, or
         a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
-        The one place where a game forms a new point (see :mod:`gameopt.constraints`)."""
+        The one place where a game forms a new point (see :mod:`gameopt.constraints`).
+        Raises :class:`NonFiniteError`, with nothing written, if a set returns a
+        point that is not finite."""
         with torch.no_grad():
             moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self._constrained, self._views(w), self._views(delta))]
+            if not all_finite(moved):
+                raise NonFiniteError(self._not_finite_through_sets(moved))
             for o, x, d in zip(out, w, delta):  # one tensor per (device, dtype) group
                 torch.add(x, d, out=o)
             for (e, k, _), new in zip(self._constrained, moved):
                 self._param_view(out, e, k).copy_(new)
         return out
+
+    def _not_finite_through_sets(self, points: Sequence[Tensor]) -> str:
+        """A message naming the constrained parameters whose new point is not finite."""
+        bad = [
+            f"parameter {k} of player {self.players[e.player].name!r} ({c!r})"
+            for (e, k, c), x in zip(self._constrained, points)
+            if not all_finite([x])
+        ]
+        return f"the point formed through a feasible set is not finite for {', '.join(bad)}; nothing changed"
 
     def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
         """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
@@ -463,8 +536,7 @@ class Game:
         entropic simplex)."""
         with torch.no_grad():
             steps = [
-                c.delta_to(wv, tv) if hasattr(c, "delta_to") else tv - wv
-                for (_, _, c), wv, tv in zip(self._constrained, self._views(w), self._views(target))
+                c.delta_to(wv, tv) for (_, _, c), wv, tv in zip(self._constrained, self._views(w), self._views(target))
             ]
             for o, t, x in zip(out, target, w):
                 torch.sub(t, x, out=o)
@@ -478,7 +550,7 @@ class Game:
         moved = []
         with torch.no_grad():
             for (e, k, c), w in zip(self._constrained, self._views(vec)):
-                if nonconvex_only and getattr(c, "convex", True):
+                if nonconvex_only and c.convex:
                     continue
                 p = c.project(w)
                 if not torch.equal(p, w):
@@ -487,6 +559,7 @@ class Game:
         return moved
 
     @_autograd_on
+    @_one_at_a_time
     def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
         (a tuple of tensors for a player with several dtype/device groups).
@@ -506,6 +579,7 @@ class Game:
         return Evaluations(self._submodules, devices)
 
     @_autograd_on
+    @_one_at_a_time
     def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
         self._sync()
@@ -521,6 +595,7 @@ class Game:
         return jacobian_operator(self, *args, **kwargs)
 
     @_autograd_on
+    @_one_at_a_time
     def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()
@@ -528,6 +603,7 @@ class Game:
         return self.layout.per_player(self.linearize(*args, **kwargs).jvp(vec))
 
     @_autograd_on
+    @_one_at_a_time
     def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         self._sync()
@@ -555,6 +631,7 @@ class Game:
         return self.optimizer.step(functools.partial(self.losses, *args, **kwargs))
 
     @_autograd_on
+    @_one_at_a_time
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses:
         """The step itself, with the losses evaluated by ``closure()`` (no arguments);
         what ``game.optimizer.step(closure)`` runs. Prefer :meth:`step`."""
@@ -598,6 +675,9 @@ class Game:
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
             self._pool.recycle(tensors_in(kept))
+        if self._parallel is not None:  # BatchNorm statistics: rank 0's, as DDP's broadcast_buffers
+            with torch.no_grad():
+                self._parallel.broadcast_coalesced_(self._replicated_buffers())
         if self.loss_scale is not None:
             self.loss_scale.update(finite=True)
         self._steps += 1
@@ -606,6 +686,7 @@ class Game:
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
 
     # ----------------------------------------------------------- checkpoints
+    @_one_at_a_time
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume bit for bit: each player's parameters and its
         module's persistent buffers (BatchNorm running statistics), the algorithm's
@@ -624,6 +705,7 @@ class Game:
             {"name": p.name, "params": [b.data for b in p.buffers], "buffers": _module_buffers(p)} for p in self.players
         ]
 
+    @_one_at_a_time
     def check_state_dict(self, state_dict: Any) -> None:
         """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
         game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
@@ -652,6 +734,7 @@ class Game:
         if mine_scale is not None:
             check_number("loss_scale.scale", state_dict["loss_scale"]["scale"], low=0.0, low_open=True)
 
+    @_one_at_a_time
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`. Everything is checked before anything is
         written: a state that does not fit raises ``ValueError`` and changes nothing."""

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from .buffer import FlatBuffer, FlatParameter, _mark_stale, release
+from .constraints import Constraint, as_constraint
 
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
 _MISSING = object()
@@ -36,13 +37,6 @@ def _carry_flat_parameters(old: Sequence[FlatBuffer], new: Sequence[FlatBuffer])
             _mark_stale(buf.data, f"the player re-fused and this group's parameters {what}")
 
 
-def _check_constraint(c: Any, what: str) -> None:
-    if not callable(getattr(c, "project", None)):
-        raise TypeError(
-            f"{what} must be a feasible set with a project(w) method (see gameopt.constraints), got {type(c).__name__}"
-        )
-
-
 class Player:
     """One player of a game: its parameters live in flat buffers.
 
@@ -52,7 +46,9 @@ class Player:
     the matching flat gradient buffer. Frozen parameters stay where they are.
 
     Args:
-        module: an ``nn.Module``, or an iterable of ``nn.Parameter``.
+        module: an ``nn.Module``, an iterable of ``nn.Parameter``, or one tensor
+            (one parameter). A non-leaf tensor is refused here (``ValueError``, as
+            ``torch.optim`` does); a game refuses a player with ``meta`` parameters.
         loss: optional callable returning this player's scalar loss; a
             :class:`~gameopt.Game` built without a joint ``losses`` calls it with the
             arguments given to ``game.step(...)``.
@@ -89,7 +85,8 @@ class Player:
             default_name = type(getattr(module, "_orig_mod", module)).__name__
         else:
             self.module = None
-            self._given = list(module)
+            # a single tensor is one parameter (not an iterable of its rows)
+            self._given = [module] if isinstance(module, Tensor) else list(module)
             for p in self._given:
                 if not isinstance(p, Tensor):
                     raise TypeError(f"Player expects an nn.Module or Parameters, got {type(p).__name__}")
@@ -102,12 +99,11 @@ class Player:
         if constraint is not None and isinstance(constraint, dict):
             if self.module is None:
                 raise ValueError("constraints by parameter name need a module (got an iterable of parameters)")
-            for key, c in constraint.items():
-                _check_constraint(c, f"constraint[{key!r}]")
+            constraint = {key: as_constraint(c, f"constraint[{key!r}]") for key, c in constraint.items()}
         elif constraint is not None:
-            _check_constraint(constraint, "constraint")
+            constraint = as_constraint(constraint)
         self._constraint = constraint
-        self.constraints: dict[int, Any] = {}  # id(parameter) -> its feasible set
+        self.constraints: dict[int, Constraint] = {}  # id(parameter) -> its feasible set
         self.generation = 0  # bumped each time the player re-fuses
         self._fuse()
 
@@ -132,7 +128,7 @@ class Player:
                     owners[id(p)].append((sub, pname))
         return params, [owners[id(p)] for p in params]
 
-    def _resolve_constraints(self, params: list[nn.Parameter]) -> dict[int, Any]:
+    def _resolve_constraints(self, params: list[nn.Parameter]) -> dict[int, Constraint]:
         """id(parameter) -> its feasible set; checks that each set fits its parameter."""
         spec = self._constraint
         if spec is None:
@@ -157,9 +153,7 @@ class Player:
                 named.append((key, p))
                 out[id(p)] = c
         for what, p in named:
-            check = getattr(out[id(p)], "check", None)
-            if check is not None:
-                check(p.shape, what)
+            out[id(p)].check(p.shape, what)
         return out
 
     def _fuse(self) -> None:
@@ -173,7 +167,12 @@ class Player:
         else:
             has_sparse_grad = False
         groups: dict[tuple[torch.device, torch.dtype], list[nn.Parameter]] = {}
-        for p in params:
+        for k, p in enumerate(params):
+            if not p.is_leaf:  # torch.optim's reason
+                raise ValueError(
+                    f"player {self.name!r}: can't optimize a non-leaf Tensor (parameter {k}, of shape "
+                    f"{tuple(p.shape)}, is the result of an operation): pass a leaf, e.g. nn.Parameter(t.detach())"
+                )
             if p.layout != torch.strided:
                 raise ValueError(f"player {self.name!r}: only strided (dense) parameters can be fused")
             groups.setdefault((p.device, p.dtype), []).append(p)

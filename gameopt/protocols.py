@@ -35,6 +35,7 @@ class GameView(Protocol):
 
     players: list[Player]
     layout: JointLayout
+    lock: Any  # a threading.RLock: held by every step, state_dict and load_state_dict
 
 
 class Steppable(Protocol):

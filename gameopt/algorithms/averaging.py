@@ -75,22 +75,27 @@ class Averaging(Wrapper):
     def averaged(self, players: Sequence[int] | None = None) -> Iterator[None]:
         """Within the block, the parameters of all players (or of the indices in
         ``players``) hold w̄; on exit, also on an exception, they are restored bit
-        for bit. For evaluation: a step inside would be undone, not its state."""
-        game, avg = self._bound()
-        layout = game.layout
-        n = layout.num_players
-        which = range(n) if players is None else list(players)
-        for k, i in enumerate(which):
-            check_number(f"players[{k}]", i, low=0, high=n - 1, integer=True)
-        saved = [t.clone() for t in layout.data]
-        try:
-            with torch.no_grad():
-                for i in which:
-                    torch._foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
-            yield
-        finally:
-            with torch.no_grad():
-                torch._foreach_copy_(layout.data, saved)
+        for bit. For evaluation: a step inside would be undone, not its state. The
+        block holds the game's lock: another thread's step or ``state_dict`` waits
+        until it ends."""
+        if self.game is None:
+            self._bound()  # raises
+        with self.game.lock:  # another thread's step waits for the block to end
+            game, avg = self._bound()
+            layout = game.layout
+            n = layout.num_players
+            which = range(n) if players is None else list(players)
+            for k, i in enumerate(which):
+                check_number(f"players[{k}]", i, low=0, high=n - 1, integer=True)
+            saved = [t.clone() for t in layout.data]
+            try:
+                with torch.no_grad():
+                    for i in which:
+                        torch._foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
+                yield
+            finally:
+                with torch.no_grad():
+                    torch._foreach_copy_(layout.data, saved)
 
     def _bound(self) -> tuple[GameView, Vec]:
         if self.game is None:
