@@ -82,6 +82,7 @@ def test_simplex_on_a_scalar_does_not_fit() -> None:
 
 
 # ------------------------------------------------------ algorithms on feasible sets
+from games import assert_same_state  # noqa: E402
 from torch import nn  # noqa: E402
 
 import gameopt  # noqa: E402
@@ -257,3 +258,111 @@ def test_optimistic_multiplicative_weights_converges_on_rock_paper_scissors_wher
     omwu, mwu = _gap_after("omwu", RPS, 3000), _gap_after("mwu", RPS, 3000)
     assert omwu < start / 10  # the last iterate approaches the equilibrium
     assert mwu > start  # multiplicative weights spirals out towards the boundary
+
+
+# ------------------------------------------------- sets of one's own (issue 22)
+class _ProjectOnlyBox:
+    """A feasible set with nothing but ``project`` (the box [-0.5, 0.25]): ``step``,
+    ``delta_to``, ``check`` and ``convex`` take their defaults."""
+
+    def project(self, w: torch.Tensor) -> torch.Tensor:
+        return w.clamp(-0.5, 0.25)
+
+
+MAKE_SET["box-project-only"] = _ProjectOnlyBox
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_a_set_with_only_project_steps_by_its_projection(algo) -> None:
+    lrs = [0.3, 0.2]
+    game, mx, my, A, x0, y0 = _matrix_game("box-project-only", ALGOS[algo](lrs))
+    ref = _np_trajectory(algo, "box", A, x0, y0, lrs, steps=6)
+    for t in range(6):
+        game.step()
+        np.testing.assert_allclose(mx.w.detach().numpy(), ref[t][0], rtol=1e-11, atol=1e-12, err_msg=f"step {t}")
+        np.testing.assert_allclose(my.w.detach().numpy(), ref[t][1], rtol=1e-11, atol=1e-12, err_msg=f"step {t}")
+
+
+def test_a_set_of_ones_own_is_taken_through_the_constraint_interface() -> None:
+    given = _ProjectOnlyBox()
+    c = C.as_constraint(given)
+    assert isinstance(c, C.Constraint) and c.convex and repr(c) == repr(given)
+    w, d = torch.tensor([0.0, 0.2]), torch.tensor([1.0, -2.0])
+    assert torch.equal(c.step(w, d), torch.tensor([0.25, -0.5]))
+    assert torch.equal(c.delta_to(w, torch.tensor([0.1, 0.1])), torch.tensor([0.1, 0.1]) - w)
+    box = C.Box(0, 1)
+    assert C.as_constraint(box) is box
+    with pytest.raises(TypeError, match="project"):
+        C.as_constraint(object())
+
+
+class _NonFiniteAt(C.Constraint):
+    """The box [-0.5, 0.25] whose ``step`` returns NaN at its ``bad``-th call (from 1)."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad, self.calls = bad, 0
+
+    def project(self, w: torch.Tensor) -> torch.Tensor:
+        return w.clamp(-0.5, 0.25)
+
+    def step(self, w: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        out = self.project(w + delta)
+        return torch.full_like(out, float("nan")) if self.calls == self.bad else out
+
+
+@pytest.mark.parametrize(
+    "make, bad",
+    [
+        (lambda: gameopt.SimGD(0.3), 1),  # the step's new point
+        (lambda: gameopt.Extragradient(0.3), 1),  # the extrapolation point
+        (lambda: gameopt.Extragradient(0.3), 2),  # the step's new point
+        (lambda: gameopt.Lookahead(gameopt.SimGD(0.3), k=1), 1),  # the look-ahead (fast) point
+        (lambda: gameopt.Lookahead(gameopt.SimGD(0.3), k=1), 2),  # the step's new point
+    ],
+    ids=["simgd-step", "eg-extrapolation", "eg-step", "lookahead-fast", "lookahead-step"],
+)
+@pytest.mark.parametrize("on_nonfinite", ["raise", "skip"])
+def test_a_point_formed_through_a_set_is_checked_finite_before_it_is_committed(make, bad, on_nonfinite) -> None:
+    x, y = (
+        nn.Parameter(torch.tensor([0.1, -0.2], dtype=torch.float64)),
+        nn.Parameter(torch.zeros(2, dtype=torch.float64)),
+    )
+    A = torch.tensor([[1.0, 2.0], [-1.0, 0.5]], dtype=torch.float64)
+    game = gameopt.Game(
+        [gameopt.Player([x], constraint=_NonFiniteAt(bad)), gameopt.Player([y])],
+        lambda: (x @ A @ y + x.square().sum(), -(x @ A @ y)),
+        algorithm=make(),
+        on_nonfinite=on_nonfinite,
+    )
+    before = game.state_dict()
+    if on_nonfinite == "raise":
+        with pytest.raises(gameopt.NonFiniteError, match="feasible set"):
+            game.step()
+    else:
+        game.step()
+        assert game.skipped_steps == 1
+    after = game.state_dict()
+    after["skipped_steps"] = before["skipped_steps"]
+    assert_same_state(before, after)
+    assert torch.isfinite(x).all() and torch.isfinite(y).all()
+    game.step()  # the set behaves now: the next step is taken
+    assert torch.isfinite(x).all() and not torch.equal(x.detach(), before["players"][0]["params"][0])
+
+
+@pytest.mark.parametrize(
+    "constraint, start",
+    [
+        (C.Simplex(), float("nan")),
+        (C.Box(-1.0, 1.0), float("inf")),  # its projection would make it finite: refused before
+        (None, float("-inf")),
+        (_ProjectOnlyBox(), float("nan")),
+    ],
+)
+def test_a_starting_point_that_is_not_finite_is_refused_when_the_game_is_built(constraint, start) -> None:
+    w = nn.Parameter(torch.tensor([0.2, start, 0.3]))
+    v = nn.Parameter(torch.ones(3))
+    player = gameopt.Player([w], constraint=constraint, name="x")
+    with pytest.raises(ValueError, match=r"not finite \(parameter 0 of player 'x'\)"):
+        gameopt.Game([player, gameopt.Player([v], name="y")], lambda: (w @ v, -(w @ v)))
+    assert torch.isnan(w[1]) if start != start else w[1] == start  # nothing projected

@@ -1351,3 +1351,26 @@ def test_game_trains_without_a_parameter_frozen_after_fusing() -> None:
     assert torch.equal(m[0].bias, frozen)
     assert game.players[0].numel == 21
     _assert_fused(game.players[0])
+
+
+# ------------------------------------------- players that cannot be trained (issue 22)
+def test_a_non_leaf_tensor_is_refused_with_torch_optims_reason() -> None:
+    a = torch.ones(3, requires_grad=True)
+    with pytest.raises(ValueError, match="can't optimize a non-leaf Tensor") as player_err:
+        Player([a * 2])
+    with pytest.raises(ValueError, match="can't optimize a non-leaf Tensor") as optim_err:
+        torch.optim.SGD([a * 2], lr=0.1)
+    assert "can't optimize a non-leaf Tensor" in str(player_err.value) and optim_err.value
+    assert a.grad is None and torch.equal(a, torch.ones(3))
+
+
+def test_a_single_tensor_is_one_parameter() -> None:
+    w = nn.Parameter(torch.arange(6.0).reshape(2, 3))
+    player = Player(w)
+    assert player.parameters == [w] and player.numel == 6
+    assert torch.equal(player.params, torch.arange(6.0)) and _inside(w, player.params)
+    game = gameopt.Game([player], lambda: [(w - 1).square().sum()], algorithm=gameopt.SimGD(0.25))
+    game.step()
+    torch.testing.assert_close(w.detach(), torch.arange(6.0).reshape(2, 3) * 0.5 + 0.5)  # w - 0.25·2(w - 1)
+    s = nn.Parameter(torch.tensor([0.2, 0.5, 0.3]))
+    assert Player(s, constraint=gameopt.constraints.Simplex()).parameters == [s]
