@@ -33,8 +33,9 @@ latest checkpoint ``checkpoint.pt`` and the one before it ``checkpoint.prev.pt``
   one-line error, the last good checkpoint intact and no temporary file left;
 * ``--resume`` with a checkpoint past ``--steps`` is refused (equal: nothing to do).
 
-Bad command-line values and unusable run folders end with a one-line message and
-exit code 2. With ``--distributed``, a rank that waits longer than ``--timeout``
+Bad command-line values and unusable run folders (a file in the way, a read-only
+folder, no permission: any ``OSError`` on ``--out``) end with a one-line message
+and exit code 2, with nothing written. With ``--distributed``, a rank that waits longer than ``--timeout``
 seconds for the others gives up with a one-line message and exit code 1.
 """
 
@@ -213,6 +214,20 @@ def init_distributed(args: argparse.Namespace) -> tuple[Any, int, int]:
 
 
 _distributed_timeout: float | None = None  # set by init_distributed, read by main_guard
+_run_folder: Path | None = None  # --out, set by check_args, read by main_guard
+
+
+def _on_run_folder(err: OSError) -> bool:
+    """``err`` is about the run folder (``--out``) or a path in it or above it."""
+    if _run_folder is None:
+        return False
+    folder = os.path.abspath(_run_folder)
+    for name in (err.filename, err.filename2):
+        if isinstance(name, (str, bytes, os.PathLike)):
+            path = os.path.abspath(os.fsdecode(name))
+            if path == folder or path.startswith(folder + os.sep) or folder.startswith(path + os.sep):
+                return True
+    return False
 
 
 def _is_writer() -> bool:
@@ -223,6 +238,8 @@ def _is_writer() -> bool:
 
 
 def check_args(args: argparse.Namespace) -> None:
+    global _run_folder
+    _run_folder = args.out
     if args.steps <= 0:
         raise UsageError(f"--steps must be positive, got {args.steps}")
     if any(not (lr > 0 and math.isfinite(lr)) for lr in args.lr):
@@ -239,7 +256,10 @@ def check_args(args: argparse.Namespace) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
     parent = args.out.resolve().parent
     if not parent.is_dir():
-        raise UsageError(f"--out: the folder {str(parent)!r} does not exist")
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise UsageError(f"--out: {str(parent)!r} {what}")
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out: {str(args.out)!r} is a file, not a folder")
 
 
 def check_positive(args: argparse.Namespace, *names: str) -> None:
@@ -274,16 +294,23 @@ def algorithm_from_args(args: argparse.Namespace) -> gameopt.Algorithm:
 
 
 def main_guard(run: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Wrap an experiment's main: usage errors and unusable run folders print one
-    line and return 2; a distributed run whose collective fails (another rank
+    """Wrap an experiment's main: usage errors and unusable run folders (any
+    ``OSError`` on ``--out``: a file in the way, a read-only folder, no permission)
+    print one line and return 2; a distributed run whose collective fails (another rank
     stopped answering within ``--timeout``, or left) prints one line and returns 1."""
 
     def wrapped(argv: list[str] | None = None) -> int:
-        global _distributed_timeout
+        global _distributed_timeout, _run_folder
         try:
             return run(argv)
         except (UsageError, RunError) as err:
             _error(str(err))
+            return 2
+        except OSError as err:  # the run folder cannot be made, locked or written (nothing written)
+            if not _on_run_folder(err):
+                raise
+            where = f"{os.fsdecode(err.filename)!r}" if err.filename is not None else "it"
+            _error(f"--out {str(_run_folder)!r} cannot be used: {err.strerror or err} ({where})")
             return 2
         except RuntimeError as err:
             timeout = _distributed_timeout
@@ -296,7 +323,7 @@ def main_guard(run: Callable[[list[str] | None], int]) -> Callable[[list[str] | 
             )
             return 1
         finally:
-            _distributed_timeout = None
+            _distributed_timeout = _run_folder = None
             _release_locks()
 
     return wrapped

@@ -309,3 +309,76 @@ def test_bilinear_smoke_and_help(tmp_path) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "r" / "metrics.csv").read_text().count("\n") == 6
+
+
+# ------------------------------------------- unusable run folders (issue 22)
+def _listing(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"" for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("where", ["file", "under-file", "resume-file"])
+def test_a_file_in_the_way_of_the_run_folder_gives_one_line_and_exit_2(tmp_path, capsys, where) -> None:
+    (tmp_path / "afile").write_bytes(b"not a folder")
+    out = {"file": "afile", "under-file": "afile/run", "resume-file": "afile"}[where]
+    extra = ["--resume"] if where == "resume-file" else []
+    before = _listing(tmp_path)
+    code, err = _bilinear(capsys, "--steps", "3", "--out", str(tmp_path / out), *extra)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "afile" in err, err
+    assert _listing(tmp_path) == before  # nothing changed
+
+
+@pytest.mark.parametrize("failing", ["lock", "mkdir", "config"])
+def test_a_run_folder_without_permission_gives_one_line_and_exit_2(tmp_path, capsys, monkeypatch, failing) -> None:
+    """A read-only folder, or no permission: simulated (as root, permissions do not stop writes)."""
+    import errno
+
+    import experiments.common as common
+
+    out = tmp_path / "run"
+    if failing != "mkdir":
+        out.mkdir()
+    real_open, real_mkdir = os.open, Path.mkdir
+
+    def refused(path) -> OSError:
+        return PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    def no_lock(path, *args, **kwargs):
+        if Path(path).name in ("run.lock", *common.RUN_FILES) or ".tmp" in Path(path).name:
+            raise refused(path)
+        return real_open(path, *args, **kwargs)
+
+    def no_mkdir(self, *args, **kwargs):
+        if self == out:
+            raise refused(self)
+        return real_mkdir(self, *args, **kwargs)
+
+    if failing == "lock":
+        monkeypatch.setattr(common.os, "open", no_lock)
+    elif failing == "mkdir":
+        monkeypatch.setattr(Path, "mkdir", no_mkdir)
+    else:  # the lock is taken, then the folder refuses new files
+        real_builtin_open = open
+
+        def no_files(path, mode="r", *args, **kwargs):
+            if str(path).startswith(str(out)) and any(m in mode for m in "wxa"):
+                raise refused(path)
+            return real_builtin_open(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr("builtins.open", no_files)
+    before = _listing(tmp_path)
+    code, err = _bilinear(capsys, "--steps", "3", "--out", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Permission denied" in err, err
+    after = _listing(tmp_path)
+    after.pop("run/run.lock", None)  # the lock file (empty), where the lock was taken
+    assert after == before  # nothing written
+
+
+def test_an_os_error_elsewhere_is_not_taken_for_the_run_folder(tmp_path, monkeypatch) -> None:
+    import experiments.common as common
+
+    def broken(argv):
+        common._run_folder = tmp_path / "run"
+        raise FileNotFoundError(2, "No such file or directory", "/elsewhere/data.csv")
+
+    with pytest.raises(FileNotFoundError):
+        common.main_guard(broken)([])
