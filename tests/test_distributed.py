@@ -153,6 +153,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         for x, z in _batches(6)[3:]:
             game.step(x[rank::world], z[rank::world])
         results["resume/bit_exact"] = bool(torch.equal(game.layout.data[0], straight.layout.data[0]))
+        _buffer_checks(rank, world, group, results)
         # drifted replicas are detected
         game.layout.data[0][0] += 1e-3 * (rank + 1)
         try:
@@ -194,6 +195,7 @@ def test_data_parallel_game(tmp_path, world) -> None:
             assert res[f"failure/{algo}/unchanged"]
         assert res["resume/bit_exact"]
         assert "drifted apart" in res["drift"]
+    _assert_buffers(results)
 
 
 def _worker_entry(rank: int, world: int, port: int, tmp: str) -> None:
@@ -278,3 +280,52 @@ def test_a_stopped_rank_makes_the_others_fail_within_the_timeout(tmp_path) -> No
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "did not answer within --timeout 3 s" in lines[0]
+
+
+# ------------------------------------------------ module buffers (issue 22)
+def _bn_game(seed: int, group=None, marker: float = 0.0):
+    """A GAN whose discriminator has BatchNorm and buffers of its own (persistent
+    ``marker``, non-persistent ``scratch``), built from ``seed``."""
+    torch.manual_seed(seed)
+    gen = nn.Sequential(nn.Linear(3, 3), nn.Tanh()).double()
+    disc = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 1)).double()
+    disc.register_buffer("marker", torch.full((2,), marker, dtype=torch.float64))
+    disc.register_buffer("scratch", torch.full((2,), marker, dtype=torch.float64), persistent=False)
+    game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=gameopt.SimGD(0.05), process_group=group)
+    return game, disc
+
+
+def _buffers(module: nn.Module) -> dict:
+    return {name: b.tolist() for name, b in module.named_buffers()}
+
+
+def _buffer_checks(rank: int, world: int, group, results: dict) -> None:
+    """Module buffers in a data-parallel game (run by :func:`_worker`)."""
+    game, disc = _bn_game(seed=rank, group=group, marker=float(rank + 1))
+    results["buffers/built"] = _buffers(disc)
+    x, z = _batches(1)[0]
+    game.step(x[rank::world], z[rank::world])  # each rank's BatchNorm sees its own shard
+    results["buffers/stepped"] = _buffers(disc)
+    ref, ref_disc = _bn_game(seed=0, marker=1.0)  # what one process makes of rank 0's modules and shard
+    ref.step(x[0::world], z[0::world])
+    results["buffers/reference"] = _buffers(ref_disc)
+    game.check_replicas()
+    if rank == 1:  # a persistent buffer drifts on one rank
+        disc.marker += 1.0
+    try:
+        game.check_replicas()
+        results["buffers/drift"] = "not detected"
+    except RuntimeError as err:
+        results["buffers/drift"] = str(err)
+
+
+def _assert_buffers(results: list[dict]) -> None:
+    zero = results[0]
+    # built: every buffer (BatchNorm's, persistent or not) is rank 0's, as DDP does
+    assert zero["buffers/built"]["marker"] == zero["buffers/built"]["scratch"] == [1.0, 1.0]
+    assert zero["buffers/stepped"]["1.running_mean"] != zero["buffers/built"]["1.running_mean"]
+    for res in results:
+        assert res["buffers/built"] == zero["buffers/built"]
+        # after a step: BatchNorm statistics are rank 0's (its shard's) on every rank, as DDP's broadcast_buffers
+        assert res["buffers/stepped"] == zero["buffers/reference"]
+        assert "drifted apart" in res["buffers/drift"]
