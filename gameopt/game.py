@@ -231,12 +231,20 @@ class Game:
             data-parallel. Each rank evaluates its losses on its shard of the data;
             every vector field and Jacobian product is averaged across ranks (one
             collective per joint tensor), so all ranks apply the same update.
-            Parameters are broadcast from rank 0 here. A rank whose losses fail or
-            are not finite makes every rank refuse the step together.
+            Parameters and module buffers are broadcast from rank 0 here, and the
+            buffers (BatchNorm statistics) again after every step taken, as DDP's
+            ``broadcast_buffers`` (docs/data-parallel.md). A rank whose losses fail
+            or are not finite makes every rank refuse the step together.
         check_replicas_every: in a data-parallel game, check every this many steps
-            that the ranks' parameters are still identical (0: never).
+            that the ranks' parameters and persistent buffers are still identical
+            (0: never).
         loss_scale: a :class:`~gameopt.DynamicLossScale` for float16 players: steps
             that overflow are skipped (nothing changed) and the scale backs off.
+
+    A game refuses a starting point that is not finite and parameters on the
+    ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
+    ``load_state_dict`` and the products hold :attr:`lock` (a re-entrant lock), so
+    a call from another thread waits for the running one (docs/misuse.md).
     """
 
     def __init__(
