@@ -87,6 +87,15 @@ ALGORITHMS = [
         "lookahead",
         {"k": 3, "alpha": 0.5},
     ),
+    AlgoInfo("PastExtragradient", lambda lr: gameopt.PastExtragradient(lr), "peg", {}),
+    AlgoInfo(
+        "PastExtraAdam",
+        lambda lr: gameopt.PastExtragradient(lr, update=gameopt.Adam((0.5, 0.9))),
+        "peg",
+        {},
+        lambda: RefRule("adam", betas=(0.5, 0.9)),
+    ),
+    AlgoInfo("AnchoredExtragradient", lambda lr: gameopt.AnchoredExtragradient(lr), "eag", {}),
 ]
 IDS = [a.name for a in ALGORITHMS]
 
