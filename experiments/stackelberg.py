@@ -192,10 +192,10 @@ def _make_figures(quiet: bool) -> list[str]:
     for (cx, cy), kind in critical.items():
         marker = "h" if kind["nash"] else "D"
         label = "Nash & Stackelberg" if kind["nash"] and kind["stackelberg"] else "Stackelberg, not Nash"
-        ax.plot(cx, cy, marker, color="tab:orange" if kind["nash"] else "tab:red", ms=12, label=label, zorder=0)
+        ax.plot(cx, cy, marker, color="tab:orange" if kind["nash"] else "tab:red", ms=12, label=label, zorder=5)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower left")
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper right")
     ax.set_xlim(-15, 15)
     ax.set_ylim(-15, 15)
     ax.set_xlabel("x (leader)")
