@@ -34,6 +34,7 @@ from experiments.common import (
 from players.matrix_games import (
     ROCK_PAPER_SCISSORS,
     MixedStrategy,
+    cyclic_matching_pennies,
     duality_gap,
     matrix_game_losses,
     normal_form_losses,
@@ -283,44 +284,52 @@ def _make_figures(quiet: bool) -> list[str]:
 
 def _three_player_figure(quiet: bool) -> list[str]:
     """figures/matrix_games_3p.png and .md: NashConv of each method's last iterate on
-    random three-player games."""
+    random three-player games and on Jordan's cyclic matching pennies."""
+    import json
+
     import matplotlib.pyplot as plt
 
     from experiments.common import figures_dir
 
     every = 20
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    games = {
+        f"random, {THREE_ACTIONS} actions each (seeds {', '.join(map(str, FIGURE_SEEDS))})": [
+            (random_payoffs(THREE_PLAYERS, THREE_ACTIONS, s), s) for s in FIGURE_SEEDS
+        ],
+        "cyclic matching pennies (Jordan 1993)": [(cyclic_matching_pennies(), s) for s in FIGURE_SEEDS],
+    }
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     lines = [
-        f"# Three players, {THREE_ACTIONS} actions each, random payoffs: NashConv of the last iterate",
+        "# Three-player normal-form games: NashConv of the last iterate",
         "",
-        f"η = {FIGURE_LR}, {FIGURE_STEPS} steps, seeds {', '.join(map(str, FIGURE_SEEDS))} (payoffs and start). "
-        "Last-iterate NashConv at the end (the smallest along the run in brackets).",
-        "",
-        "| method | " + " | ".join(f"seed {s}" for s in FIGURE_SEEDS) + " |",
-        "|---|" + "---|" * len(FIGURE_SEEDS),
+        f"η = {FIGURE_LR}, {FIGURE_STEPS} steps, seeds {', '.join(map(str, FIGURE_SEEDS))} (the payoffs of the "
+        "random games, and the starting points). Last-iterate NashConv at the end (the smallest along the run "
+        "in brackets).",
     ]
-    results: dict[str, Any] = {"steps": FIGURE_STEPS, "lr": FIGURE_LR, "methods": {}}
-    for m, (method, (_, _, label)) in enumerate(METHODS.items()):
-        cells, finals = [], []
-        for seed in FIGURE_SEEDS:
-            payoffs = random_payoffs(THREE_PLAYERS, THREE_ACTIONS, seed)
-            values, strategies = trajectory_n(method, FIGURE_LR, payoffs, FIGURE_STEPS, seed=seed, every=every)
-            steps = [every * i for i in range(len(values))]
-            ax.semilogy(
-                steps, [max(v, 1e-16) for v in values], color=f"C{m}", lw=1.1, label=label if seed == 0 else None
-            )
-            cells.append(f"{values[-1]:.2e} ({min(values):.1e})")
-            finals.append({"nash_conv": values[-1], "min_nash_conv": min(values), "strategies": strategies})
-        results["methods"][method] = finals
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    ax.set_xlabel("step")
-    ax.set_ylabel("NashConv (last iterate)")
-    ax.set_title(f"Random {THREE_PLAYERS}-player games, {THREE_ACTIONS} actions each")
-    ax.legend(fontsize=7)
+    results: dict[str, Any] = {"steps": FIGURE_STEPS, "lr": FIGURE_LR, "games": {}}
+    for ax, (title, runs) in zip(axes, games.items()):
+        lines += ["", f"## {title}", "", "| method | " + " | ".join(f"seed {s}" for _, s in runs) + " |"]
+        lines.append("|---|" + "---|" * len(runs))
+        results["games"][title] = {}
+        for m, (method, (_, _, label)) in enumerate(METHODS.items()):
+            cells, finals = [], []
+            for payoffs, seed in runs:
+                values, strategies = trajectory_n(method, FIGURE_LR, payoffs, FIGURE_STEPS, seed=seed, every=every)
+                steps = [every * i for i in range(len(values))]
+                shown = [max(v, 1e-16) for v in values]
+                ax.semilogy(steps, shown, color=f"C{m}", lw=1.1, label=label if seed == runs[0][1] else None)
+                cells.append(f"{values[-1]:.2e} ({min(values):.1e})")
+                finals.append({"nash_conv": values[-1], "min_nash_conv": min(values), "strategies": strategies})
+            results["games"][title][method] = finals
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        ax.set_xlabel("step")
+        ax.set_ylabel("NashConv (last iterate)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7)
     path = save_figure(fig, "matrix_games_3p.png", dpi=90)
     md = figures_dir() / "matrix_games_3p.md"
     md.write_text("\n".join(lines) + "\n")
-    (figures_dir() / "matrix_games_3p.json").write_text(__import__("json").dumps(results, indent=2))
+    (figures_dir() / "matrix_games_3p.json").write_text(json.dumps(results, indent=2))
     if not quiet:
         print("\n".join(lines))
     return [path, str(md)]

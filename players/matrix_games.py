@@ -121,6 +121,16 @@ def random_payoffs(n_players: int, n_actions: int, seed: int) -> list[Tensor]:
     return [torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(n_players)]
 
 
+def cyclic_matching_pennies() -> list[Tensor]:
+    """Jordan's (1993) three-player cyclic matching pennies, two actions each: player 1
+    wins (+1, else −1) by matching player 2, player 2 by matching player 3, player 3 by
+    mismatching player 1. No pure equilibrium; the unique Nash equilibrium is uniform play."""
+    a = torch.arange(2)
+    a1, a2, a3 = torch.meshgrid(a, a, a, indexing="ij")
+    sign = lambda win: win.to(torch.float64) * 2 - 1  # noqa: E731
+    return [sign(a1 == a2), sign(a2 == a3), sign(a3 != a1)]
+
+
 def expected_payoffs(payoffs: list[Tensor], strategies: list[Tensor]) -> list[Tensor]:
     """u_i(σ) = E_{a∼σ}[payoffs[i][a]] for each player i (independent mixed strategies)."""
     out = []

@@ -66,8 +66,9 @@ def test_the_figure_code_runs(tmp_path, monkeypatch) -> None:
     payload = json.loads((tmp_path / "matrix_games.json").read_text())
     assert set(payload["games"]["rock-paper-scissors"]) == set(experiment.METHODS)
     three = json.loads((tmp_path / "matrix_games_3p.json").read_text())
-    assert set(three["methods"]) == set(experiment.METHODS)
-    assert all(r["nash_conv"] >= 0 for runs in three["methods"].values() for r in runs)
+    for per_method in three["games"].values():
+        assert set(per_method) == set(experiment.METHODS)
+        assert all(r["nash_conv"] >= 0 for runs in per_method.values() for r in runs)
 
 
 @pytest.mark.parametrize("method", ["mwu", "popov"])
