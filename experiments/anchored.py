@@ -126,26 +126,28 @@ def _make_figures(quiet: bool) -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 4.8))
     ks = list(range(1, STEPS + 1))
     results: dict[str, Any] = {"steps": STEPS, "dim": DIM, "sigma_min": SIGMA_MIN, "methods": {}}
-    windows = [(100, 1000), (1000, 10_000)]
+    marks = (STEPS // 100, STEPS // 10, STEPS)
+    windows = [(marks[0], marks[1]), (marks[1], marks[2])]
     lines = [
         "# Anchored extragradient: ‖ξ(z_k)‖² on a bilinear game with small singular values",
         "",
         f"n = {DIM}, singular values log-uniform in [{SIGMA_MIN:g}, 1], {STEPS} steps. Log-log slope of "
         "‖ξ(z_k)‖² over each window (−1: O(1/k); −2: O(1/k²)), and k²·‖ξ(z_k)‖² at the end.",
         "",
-        "| method | ‖ξ(z_k)‖², k = 100 | k = 1000 | k = 10000 | slope 100→1000 | slope 1000→10000 | k²‖ξ‖², end |",
+        f"| method | ‖ξ(z_k)‖², k = {marks[0]} | k = {marks[1]} | k = {marks[2]} | slope {marks[0]}→{marks[1]} | "
+        f"slope {marks[1]}→{marks[2]} | k²‖ξ‖², end |",
         "|---|---|---|---|---|---|---|",
     ]
     r0 = None
     for k, (method, (label, _)) in enumerate(METHODS.items()):
-        values = trajectory(method)
+        values = trajectory(method, STEPS)
         r0 = r0 if r0 is not None else 2.0 * DIM  # ‖z₀‖²: one unit per singular pair, both players
         ax.loglog(ks, values[1:], label=label, color=f"C{k}", lw=1.6)
         slopes = [_slope(values, a, b) for a, b in windows]
-        results["methods"][method] = {"label": label, "values": {str(s): values[s] for s in (100, 1000, 10_000)}}
+        results["methods"][method] = {"label": label, "values": {str(s): values[s] for s in marks}}
         results["methods"][method]["slopes"] = slopes
         lines.append(
-            f"| {label} | {values[100]:.3e} | {values[1000]:.3e} | {values[10_000]:.3e} | "
+            f"| {label} | {values[marks[0]]:.3e} | {values[marks[1]]:.3e} | {values[marks[2]]:.3e} | "
             f"{slopes[0]:.2f} | {slopes[1]:.2f} | {values[-1] * STEPS**2:.3g} |"
         )
     constant = 4 * (1 + ALPHA + ALPHA**2) / (ALPHA**2 * (1 + ALPHA))  # L = 1

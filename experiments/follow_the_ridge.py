@@ -158,7 +158,7 @@ def _make_figures(quiet: bool) -> list[str]:
         ax.contourf(gx.numpy(), gy.numpy(), f(gx, gy).numpy(), 30, cmap="gray")
         cells = []
         for k, (method, (label, make)) in enumerate(METHODS.items()):
-            pts = np.array(trajectory(name, make()))
+            pts = np.array(trajectory(name, make(), STEPS))
             inside = np.all(np.abs(pts) <= width, axis=1)
             shown = pts[: np.argmin(inside) + 1] if not inside.all() else pts  # to the edge
             style = {"color": "r", "lw": 2.2, "zorder": 10} if method == "ftr" else {"ls": "--", "lw": 1.6}

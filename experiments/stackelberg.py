@@ -68,10 +68,10 @@ def build(start: int, algorithm: gameopt.Algorithm) -> tuple[gameopt.Game, Tenso
 
 
 def _derivatives(x: float, y: float) -> tuple[Tensor, Tensor]:
-    z = torch.tensor([x, y], dtype=torch.float64)
-    g = torch.func.grad(lambda v: f(v[0], v[1]))(z)
-    h = torch.func.hessian(lambda v: f(v[0], v[1]))(z)
-    return g, h
+    z = torch.tensor([x, y], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(f(z[0], z[1]), z, create_graph=True)
+    h = torch.stack([torch.autograd.grad(g[i], z, retain_graph=True)[0] for i in range(2)])
+    return g.detach(), h
 
 
 def critical_point(x: float, y: float) -> tuple[float, float]:
@@ -79,7 +79,7 @@ def critical_point(x: float, y: float) -> tuple[float, float]:
     z = torch.tensor([x, y], dtype=torch.float64)
     for _ in range(50):
         g, h = _derivatives(float(z[0]), float(z[1]))
-        z = z - torch.linalg.solve(h, g)
+        z = z - torch.linalg.pinv(h) @ g  # pinv: a start far from any critical point may meet a singular h
     return float(z[0]), float(z[1])
 
 
@@ -171,7 +171,7 @@ def _make_figures(quiet: bool) -> list[str]:
     for k, start in enumerate(STARTS):
         cells, row = [], {"start": start}
         for m, (method, (label, make)) in enumerate(METHODS.items()):
-            pts = trajectory(k, make())
+            pts = trajectory(k, make(), STEPS)
             xs, ys = zip(*pts)
             style = {"color": "w", "lw": 3.0} if method == "simgd" else {"color": "tab:blue", "lw": 1.8}
             ax.plot(xs, ys, label=label if k == 0 else None, **style)
