@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..linalg import cg
 from ..vec import Vec
 from .base import Algorithm, State, check_number
+from .cgd import _check_zero_sum
 
 if TYPE_CHECKING:
     from ..protocols import GameView, OracleInterface
@@ -38,10 +39,10 @@ class FollowTheRidge(Algorithm):
 
     H = ∇²f. The correction keeps y on the ridge ∇_y f = 0 as x moves; local minimax
     points are its only stable fixed points. The product H_yy⁻¹ v is solved by CG on
-    −H_yy (positive definite near a local maximum of f in y), with Hessian-vector
-    products of f through one kept graph. A game that is not (f, −f) is refused with
-    ``ValueError`` (nothing changed). Cost: one linearization, 1 + (CG iterations)
-    Hessian-vector products.
+    −H_yy (positive definite near a local maximum of f in y); H_yx ∇_x f and each
+    −H_yy c are block products of the linearization, differentiated toward y's
+    parameters only. A game that is not (f, −f) is refused with ``ValueError``
+    (nothing changed). Cost: one linearization, 1 + (CG iterations) block products.
 
     Args:
         lr: (η_x, η_y), or one float for both.
@@ -59,7 +60,8 @@ class FollowTheRidge(Algorithm):
         return {}
 
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
-        lin = oracle.linearize(zero_sum=True)  # refuses anything but (f, −f)
+        lin = oracle.linearize()
+        _check_zero_sum(lin, oracle.num_players)  # refuses anything but (f, −f)
         layout, (eta_x, eta_y) = oracle.layout, self.lrs
         grad_x = Vec(layout.player_views(lin.xi, 0))  # ξ_x = ∇_x f
         rhs = lin.block_vjp_parts(0, 1, grad_x)  # (∂ξ_x/∂y)ᵀ ∇_x f = H_yx ∇_x f
