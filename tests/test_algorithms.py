@@ -95,6 +95,13 @@ ALGORITHMS = [
         {},
         lambda: RefRule("adam", betas=(0.5, 0.9)),
     ),
+    AlgoInfo(
+        "PastExtragradient-momentum",
+        lambda lr: gameopt.PastExtragradient(lr, update=gameopt.Momentum(0.5)),
+        "peg",
+        {},
+        lambda: RefRule("momentum", momentum=0.5),
+    ),
     AlgoInfo("AnchoredExtragradient", lambda lr: gameopt.AnchoredExtragradient(lr), "eag", {}),
 ]
 IDS = [a.name for a in ALGORITHMS]
