@@ -326,7 +326,7 @@ def _three_player_figure(quiet: bool) -> list[str]:
         ax.set_ylabel("NashConv (last iterate)")
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
-    path = save_figure(fig, "matrix_games_3p.png", dpi=90)
+    path = save_figure(fig, "matrix_games_3p.png", dpi=70)
     md = figures_dir() / "matrix_games_3p.md"
     md.write_text("\n".join(lines) + "\n")
     (figures_dir() / "matrix_games_3p.json").write_text(json.dumps(results, indent=2))
