@@ -36,6 +36,13 @@ SECOND_ORDER: dict[str, Callable[[], gameopt.Algorithm]] = {
     "LOLA": lambda: gameopt.LOLA(LR, alpha=LR),
     "SOS": lambda: gameopt.SOS(LR, alpha=LR),
     "CGD (5 Krylov products)": lambda: gameopt.CGD(LR, tol=1e-30, maxiter=5),
+    "Stackelberg (5 CG iterations)": lambda: gameopt.Stackelberg(LR, tol=1e-300, maxiter=5),
+    "Stackelberg (1 CG iteration)": lambda: gameopt.Stackelberg(LR, tol=1e-300, maxiter=1),
+}
+#: zero-sum only (the pair's losses (−f, f)), timed against one plain ξ of the general-sum pair
+ZERO_SUM_ONLY: dict[str, Callable[[], gameopt.Algorithm]] = {
+    "FollowTheRidge (5 CG iterations)": lambda: gameopt.FollowTheRidge(LR, tol=1e-300, maxiter=5),
+    "FollowTheRidge (1 CG iteration)": lambda: gameopt.FollowTheRidge(LR, tol=1e-300, maxiter=1),
 }
 
 
@@ -471,7 +478,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
         measure(group, "gameopt CGD Krylov product", "bare Krylov product", ref, ours, note)
         note = "warm-started CG, at most 5 iterations (fewer where r = 0)"
         measure(group, "gameopt CGD zero_sum (5 CG iterations)", "bare CGD", bare_cgd(pair, 5), cgd_step(pair, 5), note)
-    for kind in kinds if any(wanted(name.split()[0]) for name in SECOND_ORDER) else ():
+    for kind in kinds if any(wanted(name.split()[0]) for name in (*SECOND_ORDER, *ZERO_SUM_ONLY)) else ():
         pair = Pair(kind)
         check_by_hand(pair)
         xi = plain_xi(pair)
@@ -481,6 +488,15 @@ def main(argv: list[str] | None = None) -> list[Result]:
             step = gameopt_step(pair, make, restart_every=16)  # CGD diverges on the deep narrow pair
             batch = calibrate(xi, step, target_s=target)
             r = compare(kind, f"gameopt {name}", "plain xi", xi, step, rounds=rounds, batch=batch)
+            results.append(r)
+            print(f"{kind:<12} {name:<26} {r.ratio:6.2f}x xi", flush=True)
+        for name, make in ZERO_SUM_ONLY.items():
+            if not wanted(name.split()[0]):
+                continue
+            step = zero_sum_step(pair, make)
+            batch = calibrate(xi, step, target_s=target)
+            r = compare(kind, f"gameopt {name}", "plain xi", xi, step, rounds=rounds, batch=batch)
+            r.note = "zero-sum pair (−f, f)"
             results.append(r)
             print(f"{kind:<12} {name:<26} {r.ratio:6.2f}x xi", flush=True)
         for method in filter(wanted, ("Consensus", "SGA")):

@@ -172,6 +172,8 @@ GAMEOPT: dict[str, Callable[[], gameopt.Algorithm]] = {
     "gameopt SimGD+Adam": lambda: gameopt.SimGD(ADAM_LR, update=gameopt.Adam()),
     "gameopt Extragradient+Adam": lambda: gameopt.Extragradient(ADAM_LR, update=gameopt.Adam()),
     "gameopt Lookahead(SimGD)": lambda: gameopt.Lookahead(gameopt.SimGD(LR), k=5),
+    "gameopt PastExtragradient": lambda: gameopt.PastExtragradient(LR),
+    "gameopt AnchoredExtragradient": lambda: gameopt.AnchoredExtragradient(LR),
 }
 
 

@@ -81,6 +81,13 @@ _ALIASES: dict[str, Callable[..., gameopt.Algorithm]] = {
     "la": gameopt.LA,
     "lola": gameopt.LOLA,
     "sos": gameopt.SOS,
+    "pastextragradient": gameopt.PastExtragradient,
+    "popov": gameopt.PastExtragradient,
+    "anchoredextragradient": gameopt.AnchoredExtragradient,
+    "eag": gameopt.AnchoredExtragradient,
+    "followtheridge": gameopt.FollowTheRidge,
+    "ftr": gameopt.FollowTheRidge,
+    "stackelberg": gameopt.Stackelberg,
 }
 _WITH_ADAM = {"adam": "simgd", "extraadam": "extragradient", "optimisticadam": "optimistic", "altadam": "altgd"}
 ALGORITHM_NAMES = sorted(set(_ALIASES) | set(_WITH_ADAM) | {"lookahead-<name>"})

@@ -1,10 +1,14 @@
 """Zero-sum matrix games on the simplex: last-iterate duality gap of multiplicative
-weights, optimistic multiplicative weights, projected gradient and projected
-extragradient, with the game's value from a linear program beside.
+weights, optimistic multiplicative weights, projected gradient, projected
+extragradient and projected past extragradient, with the game's value from a linear
+program beside, and NashConv (gameopt.nash_conv; the duality gap again in a
+two-player zero-sum game). ``--game random3``: a three-player general-sum game with
+random payoffs (3 actions each), where NashConv is the measure.
 
 python -m experiments.matrix_games --game rps --method omwu --lr 0.1 --steps 2000
 python -m experiments.matrix_games --game random --seed 3 --method peg
-python -m experiments.matrix_games --figures      # regenerate figures/matrix_games.png
+python -m experiments.matrix_games --game random3 --seed 1 --method popov
+python -m experiments.matrix_games --figures      # regenerate figures/matrix_games.png and _3p.png
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ from experiments.common import (
 from players.matrix_games import (
     ROCK_PAPER_SCISSORS,
     MixedStrategy,
+    cyclic_matching_pennies,
     duality_gap,
     matrix_game_losses,
+    normal_form_losses,
+    random_payoffs,
     random_zero_sum,
 )
 
@@ -41,8 +48,10 @@ METHODS: dict[str, tuple[type[gameopt.Algorithm], str, str]] = {
     "omwu": (gameopt.Optimistic, "entropic", "optimistic multiplicative weights"),
     "pgd": (gameopt.SimGD, "euclidean", "projected gradient"),
     "peg": (gameopt.Extragradient, "euclidean", "projected extragradient"),
+    "popov": (gameopt.PastExtragradient, "euclidean", "projected past extragradient"),
 }
 RANDOM_SIZE = 5
+THREE_PLAYERS, THREE_ACTIONS = 3, 3
 
 
 def payoff_matrix(game: str, seed: int) -> torch.Tensor:
@@ -105,13 +114,51 @@ def trajectory(method: str, lr: float, payoff: torch.Tensor, steps: int, seed: i
     return gaps
 
 
+def nash_conv_of(payoffs: list[torch.Tensor], strategies: list[MixedStrategy]) -> float:
+    return float(gameopt.nash_conv(payoffs, [s.p.detach() for s in strategies]))
+
+
+def zero_sum_payoffs(payoff: torch.Tensor) -> list[torch.Tensor]:
+    """The two players' payoffs: x maximizes xᵀRy, y maximizes −xᵀRy."""
+    return [payoff, -payoff]
+
+
+def build_n(method: str, lr: float | list[float], payoffs: list[torch.Tensor], seed: int):
+    """An n-player normal-form game, every player on its simplex, from a seeded interior point."""
+    cls, mirror, _ = METHODS[method]
+    g = torch.Generator().manual_seed(2000 + seed)
+    strategies = []
+    for n in payoffs[0].shape:
+        p = torch.rand(n, generator=g, dtype=torch.float64) + 0.05
+        strategies.append(MixedStrategy(p / p.sum()))
+    players = [
+        gameopt.Player(s, name=f"player {i}", constraint=gameopt.constraints.Simplex(mirror))
+        for i, s in enumerate(strategies)
+    ]
+    return gameopt.Game(players, normal_form_losses(strategies, payoffs), algorithm=cls(lr)), strategies
+
+
+def trajectory_n(method: str, lr: float, payoffs: list[torch.Tensor], steps: int, seed: int = 0, every: int = 1):
+    """NashConv of the last iterate every ``every`` steps (the start included)."""
+    game, strategies = build_n(method, lr, payoffs, seed)
+    out = [nash_conv_of(payoffs, strategies)]
+    for t in range(steps):
+        game.step()
+        if (t + 1) % every == 0:
+            out.append(nash_conv_of(payoffs, strategies))
+    return out, [s.p.detach().tolist() for s in strategies]
+
+
 @main_guard
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, algorithm="simgd", lr=0.1, steps=2000, out="runs/matrix_games")
     p.add_argument(
-        "--game", choices=["rps", "random"], default="rps", help="rock-paper-scissors or a seeded random game"
+        "--game",
+        choices=["rps", "random", "random3"],
+        default="rps",
+        help="rock-paper-scissors, a seeded random zero-sum game, or a seeded random three-player game",
     )
-    p.add_argument("--method", choices=sorted(METHODS), default="omwu", help="mwu, omwu, pgd or peg")
+    p.add_argument("--method", choices=sorted(METHODS), default="omwu", help="mwu, omwu, pgd, peg or popov")
     p.add_argument("--figures", action="store_true", help="regenerate figures/matrix_games.png")
     args = p.parse_args(argv)
     if args.figures:
@@ -120,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     check_args(args)
     if args.hp:
         raise UsageError("matrix_games takes no --hp: the method fixes the algorithm")
+    if args.game == "random3":
+        return main_n(args)
     payoff = payoff_matrix(args.game, args.seed)
+    payoffs = zero_sum_payoffs(payoff)
     with one_thread():
         with building_game():
             game, x, y = build(args.method, lr_from_args(args), payoff, args.seed)
@@ -131,15 +181,44 @@ def main(argv: list[str] | None = None) -> int:
         start = run.resume(game, extra)
         for step in run.steps(start):
             game.step()
-            run.log(step, {"duality_gap": duality_gap(payoff, x.p.detach(), y.p.detach())})
+            gap = duality_gap(payoff, x.p.detach(), y.p.detach())
+            run.log(step, {"duality_gap": gap, "nash_conv": nash_conv_of(payoffs, [x, y])})
             run.maybe_checkpoint(step, game, extra)
     gap = duality_gap(payoff, x.p.detach(), y.p.detach())
     payoff_now = float(x.p.detach() @ payoff @ y.p.detach())
-    run.finish({"duality_gap": gap, "value_lp": value, "payoff": payoff_now, "x": x.p.tolist(), "y": y.p.tolist()})
+    nc = nash_conv_of(payoffs, [x, y])
+    run.finish(
+        {
+            "duality_gap": gap,
+            "nash_conv": nc,
+            "value_lp": value,
+            "payoff": payoff_now,
+            "x": x.p.tolist(),
+            "y": y.p.tolist(),
+        }
+    )
     print(
         f"{METHODS[args.method][2]} on {args.game}: last-iterate duality gap {gap:.3e} after {args.steps} steps; "
-        f"payoff {payoff_now:.6f}, game value (linear program) {value:.6f}"
+        f"payoff {payoff_now:.6f}, game value (linear program) {value:.6f}; NashConv {nc:.3e}"
     )
+    return 0
+
+
+def main_n(args) -> int:
+    """--game random3: NashConv of the last iterate of a three-player random game."""
+    payoffs = random_payoffs(THREE_PLAYERS, THREE_ACTIONS, args.seed)
+    with one_thread():
+        with building_game():
+            game, strategies = build_n(args.method, lr_from_args(args), payoffs, args.seed)
+        run = Run("matrix_games", args, run_config(args, game=args.game, method=args.method))
+        extra: dict[str, Any] = {}
+        for step in run.steps(run.resume(game, extra)):
+            game.step()
+            run.log(step, {"nash_conv": nash_conv_of(payoffs, strategies)})
+            run.maybe_checkpoint(step, game, extra)
+    nc = nash_conv_of(payoffs, strategies)
+    run.finish({"nash_conv": nc, "strategies": [s.p.tolist() for s in strategies]})
+    print(f"{METHODS[args.method][2]} on a random three-player game: last-iterate NashConv {nc:.3e}")
     return 0
 
 
@@ -200,7 +279,60 @@ def _make_figures(quiet: bool) -> list[str]:
         for title, per in results["games"].items():
             for method, r in per.items():
                 print(f"{title}: {METHODS[method][2]}: final gaps {', '.join(f'{g:.2e}' for g in r['final_gaps'])}")
-    return [path, str(res)]
+    return [path, str(res), *_three_player_figure(quiet)]
+
+
+def _three_player_figure(quiet: bool) -> list[str]:
+    """figures/matrix_games_3p.png and .md: NashConv of each method's last iterate on
+    random three-player games and on Jordan's cyclic matching pennies."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    from experiments.common import figures_dir
+
+    every = 20
+    games = {
+        f"random, {THREE_ACTIONS} actions each (seeds {', '.join(map(str, FIGURE_SEEDS))})": [
+            (random_payoffs(THREE_PLAYERS, THREE_ACTIONS, s), s) for s in FIGURE_SEEDS
+        ],
+        "cyclic matching pennies (Jordan 1993)": [(cyclic_matching_pennies(), s) for s in FIGURE_SEEDS],
+    }
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    lines = [
+        "# Three-player normal-form games: NashConv of the last iterate",
+        "",
+        f"η = {FIGURE_LR}, {FIGURE_STEPS} steps, seeds {', '.join(map(str, FIGURE_SEEDS))} (the payoffs of the "
+        "random games, and the starting points). Last-iterate NashConv at the end (the smallest along the run "
+        "in brackets).",
+    ]
+    results: dict[str, Any] = {"steps": FIGURE_STEPS, "lr": FIGURE_LR, "games": {}}
+    for ax, (title, runs) in zip(axes, games.items()):
+        lines += ["", f"## {title}", "", "| method | " + " | ".join(f"seed {s}" for _, s in runs) + " |"]
+        lines.append("|---|" + "---|" * len(runs))
+        results["games"][title] = {}
+        for m, (method, (_, _, label)) in enumerate(METHODS.items()):
+            cells, finals = [], []
+            for payoffs, seed in runs:
+                values, strategies = trajectory_n(method, FIGURE_LR, payoffs, FIGURE_STEPS, seed=seed, every=every)
+                steps = [every * i for i in range(len(values))]
+                shown = [max(v, 1e-16) for v in values]
+                ax.semilogy(steps, shown, color=f"C{m}", lw=1.1, label=label if seed == runs[0][1] else None)
+                cells.append(f"{values[-1]:.2e} ({min(values):.1e})")
+                finals.append({"nash_conv": values[-1], "min_nash_conv": min(values), "strategies": strategies})
+            results["games"][title][method] = finals
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        ax.set_xlabel("step")
+        ax.set_ylabel("NashConv (last iterate)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7)
+    path = save_figure(fig, "matrix_games_3p.png", dpi=70)
+    md = figures_dir() / "matrix_games_3p.md"
+    md.write_text("\n".join(lines) + "\n")
+    (figures_dir() / "matrix_games_3p.json").write_text(json.dumps(results, indent=2))
+    if not quiet:
+        print("\n".join(lines))
+    return [path, str(md)]
 
 
 if __name__ == "__main__":

@@ -10,19 +10,24 @@ from .algorithms import (
     SOS,
     Algorithm,
     AltGD,
+    AnchoredExtragradient,
     Averaging,
     ConsensusOptimization,
     Extragradient,
+    FollowTheRidge,
     HamiltonianGD,
     Hyper,
     Lookahead,
     Optimistic,
+    PastExtragradient,
     SimGD,
+    Stackelberg,
 )
 from .buffer import FlatBuffer
 from .evaluation import DynamicLossScale, LossError, StepLosses
 from .game import Game, NonFiniteError, Oracle
 from .lagrangian import LagrangianGame
+from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player
 from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
@@ -63,5 +68,10 @@ __all__ = [
     "SimGD",
     "UpdateRule",
     "Vec",
+    "AnchoredExtragradient",
+    "PastExtragradient",
+    "FollowTheRidge",
+    "Stackelberg",
+    "nash_conv",
 ]
 __version__ = "0.1.0"

@@ -111,3 +111,41 @@ def duality_gap(payoff: Tensor, x: Tensor, y: Tensor) -> float:
     """max_i (R y)_i − min_j (xᵀ R)_j ≥ 0, zero exactly at an equilibrium."""
     r = payoff.to(x)
     return float((r @ y).max() - (x @ r).min())
+
+
+def random_payoffs(n_players: int, n_actions: int, seed: int) -> list[Tensor]:
+    """A seeded general-sum normal-form game: one payoff tensor of shape
+    (n_actions,)·n_players per player, standard normal entries."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (n_actions,) * n_players
+    return [torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(n_players)]
+
+
+def cyclic_matching_pennies() -> list[Tensor]:
+    """Jordan's (1993) three-player cyclic matching pennies, two actions each: player 1
+    wins (+1, else −1) by matching player 2, player 2 by matching player 3, player 3 by
+    mismatching player 1. No pure equilibrium; the unique Nash equilibrium is uniform play."""
+    a = torch.arange(2)
+    a1, a2, a3 = torch.meshgrid(a, a, a, indexing="ij")
+    sign = lambda win: win.to(torch.float64) * 2 - 1  # noqa: E731
+    return [sign(a1 == a2), sign(a2 == a3), sign(a3 != a1)]
+
+
+def expected_payoffs(payoffs: list[Tensor], strategies: list[Tensor]) -> list[Tensor]:
+    """u_i(σ) = E_{a∼σ}[payoffs[i][a]] for each player i (independent mixed strategies)."""
+    out = []
+    for payoff in payoffs:
+        t = payoff.to(strategies[0])
+        for j in reversed(range(len(strategies))):  # the last axes first: earlier indices stay
+            t = torch.tensordot(t, strategies[j], dims=([j], [0]))
+        out.append(t)
+    return out
+
+
+def normal_form_losses(strategies: list[MixedStrategy], payoffs: list[Tensor]) -> Callable[[], list[Tensor]]:
+    """General-sum losses of an n-player normal-form game: player i's is −u_i(σ)."""
+
+    def losses() -> list[Tensor]:
+        return [-u for u in expected_payoffs(payoffs, [s() for s in strategies])]
+
+    return losses

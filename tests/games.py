@@ -301,6 +301,13 @@ def ref_trajectory(
             if (t + 1) % kw["k"] == 0:
                 slow = [s + kw["alpha"] * (w - s) for s, w in zip(slow, ws)]
                 ws = [s.clone() for s in slow]
+        elif algo == "peg":  # w' = w − η u_{t−1}, u_t = u(ξ(w')), w ← w − η u_t, u_{−1} = 0
+            prev = prev or [torch.zeros_like(w) for w in ws]
+            prev = rule(xi(_axpy(ws, prev, lrs)))
+            ws = _axpy(ws, prev, lrs)
+        elif algo == "eag":  # EAG-C: anchored at the start, β_t = 1/(t+2)
+            anchored = [w + (z0 - w) / (t + 2) for w, z0 in zip(ws, game.init)]
+            ws = _axpy(anchored, xi(_axpy(anchored, xi(ws), lrs)), lrs)
         else:
             raise ValueError(algo)
         out.append([w.clone() for w in ws])

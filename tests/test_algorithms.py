@@ -87,6 +87,22 @@ ALGORITHMS = [
         "lookahead",
         {"k": 3, "alpha": 0.5},
     ),
+    AlgoInfo("PastExtragradient", lambda lr: gameopt.PastExtragradient(lr), "peg", {}),
+    AlgoInfo(
+        "PastExtraAdam",
+        lambda lr: gameopt.PastExtragradient(lr, update=gameopt.Adam((0.5, 0.9))),
+        "peg",
+        {},
+        lambda: RefRule("adam", betas=(0.5, 0.9)),
+    ),
+    AlgoInfo(
+        "PastExtragradient-momentum",
+        lambda lr: gameopt.PastExtragradient(lr, update=gameopt.Momentum(0.5)),
+        "peg",
+        {},
+        lambda: RefRule("momentum", momentum=0.5),
+    ),
+    AlgoInfo("AnchoredExtragradient", lambda lr: gameopt.AnchoredExtragradient(lr), "eag", {}),
 ]
 IDS = [a.name for a in ALGORITHMS]
 

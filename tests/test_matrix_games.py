@@ -26,6 +26,7 @@ def test_a_short_run_stays_on_the_simplex_and_reports_the_value(tmp_path, capsys
         p = summary[key]
         assert min(p) >= 0 and abs(sum(p) - 1) < 1e-12
     assert summary["duality_gap"] >= -1e-12
+    assert summary["nash_conv"] == pytest.approx(summary["duality_gap"], rel=1e-12, abs=1e-15)
     assert (out / "metrics.csv").read_text().count("\n") == 26
 
 
@@ -60,6 +61,21 @@ def test_the_figure_code_runs(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(common, "figures_dir", lambda: tmp_path)
     monkeypatch.setattr(experiment, "FIGURE_STEPS", 40)
     paths = experiment.make_figures(quiet=True)
-    assert [p.split("/")[-1] for p in paths] == ["matrix_games.png", "matrix_games.json"]
+    names = ["matrix_games.png", "matrix_games.json", "matrix_games_3p.png", "matrix_games_3p.md"]
+    assert [p.split("/")[-1] for p in paths] == names
     payload = json.loads((tmp_path / "matrix_games.json").read_text())
     assert set(payload["games"]["rock-paper-scissors"]) == set(experiment.METHODS)
+    three = json.loads((tmp_path / "matrix_games_3p.json").read_text())
+    for per_method in three["games"].values():
+        assert set(per_method) == set(experiment.METHODS)
+        assert all(r["nash_conv"] >= 0 for runs in per_method.values() for r in runs)
+
+
+@pytest.mark.parametrize("method", ["mwu", "popov"])
+def test_a_three_player_run_reports_nash_conv(tmp_path, capsys, method) -> None:
+    out = tmp_path / "run"
+    code, err = _main(capsys, "--method", method, "--game", "random3", "--steps", "10", "--out", str(out))
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["nash_conv"] >= 0 and len(summary["strategies"]) == 3
+    assert all(min(p) >= 0 and abs(sum(p) - 1) < 1e-12 for p in summary["strategies"])

@@ -6,7 +6,9 @@ from .cgd import ACGD, CGD
 from .extragradient import Extragradient, Optimistic
 from .gradient_play import AltGD, SimGD
 from .hamiltonian import ConsensusOptimization, HamiltonianGD
+from .last_iterate import AnchoredExtragradient, PastExtragradient
 from .lookahead import Lookahead
+from .sequential import FollowTheRidge, Stackelberg
 from .sga import SGA
 from .shaping import LA, LOLA, SOS
 
@@ -27,4 +29,8 @@ __all__ = [
     "Lookahead",
     "Optimistic",
     "SimGD",
+    "AnchoredExtragradient",
+    "PastExtragradient",
+    "FollowTheRidge",
+    "Stackelberg",
 ]

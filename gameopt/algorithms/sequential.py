@@ -1,0 +1,122 @@
+"""Dynamics for sequential solutions of two-player games (a leader, a follower):
+Follow-the-Ridge for local minimax points, implicit Stackelberg learning."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..linalg import cg
+from ..vec import Vec
+from .base import Algorithm, State, check_number
+from .cgd import _check_zero_sum
+
+if TYPE_CHECKING:
+    from ..protocols import GameView, OracleInterface
+
+
+def _solver(tol: float, maxiter: int | None) -> dict:
+    return {
+        "tol": check_number("tol", tol, low=0.0, low_open=True),
+        "maxiter": None if maxiter is None else check_number("maxiter", maxiter, low=1, integer=True),
+    }
+
+
+def _two_players(name: str, game: GameView) -> None:
+    if len(game.players) != 2:
+        raise ValueError(f"{name} is for two-player games, got {len(game.players)} players")
+
+
+class FollowTheRidge(Algorithm):
+    """Follow-the-Ridge (Wang, Zhang & Ba 2020, "On Solving Minimax Optimization
+    Locally: A Follow-the-Ridge Approach", https://arxiv.org/abs/1910.07512), for
+    two-player zero-sum games given as losses (f, −f): x (player 0) minimizes f and
+    leads, y (player 1) maximizes f:
+
+    .. math::
+        x ← x - η_x ∇_x f, \\qquad
+        y ← y + η_y ∇_y f + η_x H_{yy}^{-1} H_{yx} ∇_x f,
+
+    H = ∇²f. The correction keeps y on the ridge ∇_y f = 0 as x moves; local minimax
+    points are its only stable fixed points. The product H_yy⁻¹ v is solved by CG on
+    −H_yy (positive definite near a local maximum of f in y); H_yx ∇_x f and each
+    −H_yy c are block products of the linearization, differentiated toward y's
+    parameters only. A game that is not (f, −f) is refused with ``ValueError``
+    (nothing changed). Cost: one linearization, 1 + (CG iterations) block products.
+
+    Args:
+        lr: (η_x, η_y), or one float for both.
+        tol: CG stops at ‖r‖² < tol·‖b‖².
+        maxiter: the most CG iterations per step (default: y's dimension).
+    """
+
+    first_order = False
+
+    def __init__(self, lr: float | Sequence[float] = 1e-3, tol: float = 1e-20, maxiter: int | None = None) -> None:
+        super().__init__(lr, None, **_solver(tol, maxiter))
+
+    def init_state(self, game: GameView) -> State:
+        _two_players("FollowTheRidge", game)
+        return {}
+
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        _check_zero_sum(lin, oracle.num_players)  # refuses anything but (f, −f)
+        layout, (eta_x, eta_y) = oracle.layout, self.lrs
+        grad_x = Vec(layout.player_views(lin.xi, 0))  # ξ_x = ∇_x f
+        rhs = lin.block_vjp_parts(0, 1, grad_x)  # (∂ξ_x/∂y)ᵀ ∇_x f = H_yx ∇_x f
+        # (∂ξ_y/∂y)ᵀ c = −H_yy c: z = (−H_yy)⁻¹ H_yx ∇_x f
+        z, _ = cg(lambda c: lin.block_vjp_parts(1, 1, c), rhs, tol=self.tol, maxiter=self.maxiter)
+        delta = oracle.scaled(lin.xi, [-eta_x, -eta_y])  # (−η_x ∇_x f, +η_y ∇_y f)
+        Vec(layout.player_views(delta, 1)).add_(z, alpha=-eta_x)
+        return delta, {}
+
+
+class Stackelberg(Algorithm):
+    """Implicit Stackelberg learning (Fiez, Chasnov & Ratliff 2020, "Implicit Learning
+    Dynamics in Stackelberg Games: Equilibria Characterization, Convergence Analysis,
+    and Empirical Study", https://arxiv.org/abs/1906.01217), for two general-sum
+    players: the leader x (loss f₁) descends its total derivative with the follower
+    y (loss f₂) on its best response, the follower its own gradient:
+
+    .. math::
+        x ← x - η_x \\big(∇_x f_1 - ∇^2_{xy} f_2 \\, (∇^2_{yy} f_2)^{-1} ∇_y f_1\\big), \\qquad
+        y ← y - η_y ∇_y f_2.
+
+    (∇²_yy f₂)⁻¹ ∇_y f₁ is solved by CG, which needs ∇²_yy f₂ positive definite
+    (near a local minimum of the follower). Where it is not, CG does not solve the
+    system: on a curvature pᵀAp ≤ 0 it takes a step along it (a negative definite
+    block gives the solution of the system all the same, an indefinite one a point
+    that depends on the iterations), and a zero curvature gives a non-finite update,
+    refused as a :class:`~gameopt.NonFiniteError` (nothing changed). Cost: one
+    linearization, the leader's cross gradient ∇_y f₁ (one reverse pass per player),
+    1 + (CG iterations) Jacobian-vector products.
+
+    Args:
+        lr: (η_0, η_1), or one float for both.
+        leader: the index of the leader (0 or 1).
+        tol: CG stops at ‖r‖² < tol·‖b‖².
+        maxiter: the most CG iterations per step (default: the follower's dimension).
+    """
+
+    first_order = False
+
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, leader: int = 0, tol: float = 1e-20, maxiter: int | None = None
+    ) -> None:
+        leader = check_number("leader", leader, low=0, high=1, integer=True)
+        super().__init__(lr, None, leader=leader, **_solver(tol, maxiter))
+
+    def init_state(self, game: GameView) -> State:
+        _two_players("Stackelberg", game)
+        return {}
+
+    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+        lin = oracle.linearize()
+        lead, follow, layout = self.leader, 1 - self.leader, oracle.layout
+        cross = Vec(layout.player_views(lin.cross_gradients()[lead], follow))  # ∇_y f₁
+        z, _ = cg(lambda c: lin.block_vjp_parts(follow, follow, c), cross, tol=self.tol, maxiter=self.maxiter)
+        correction = lin.block_vjp_parts(follow, lead, z)  # ∇²_xy f₂ z
+        delta = oracle.scaled(lin.xi, [-lr for lr in self.lrs])
+        Vec(layout.player_views(delta, lead)).add_(correction, alpha=self.lrs[lead])
+        return delta, {}
