@@ -42,11 +42,13 @@ templates_path = ["_templates"]
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(torch|numpy|np|scipy|matplotlib|collections|typing|pathlib|lightning)(\..*)?"),
-    (r"py:.*", r"(Tensor|Module|Parameter|LinearOperator|Axes|Figure|Generator|ndarray|Path)"),
+    (r"py:.*", r"nn\..*"),
+    (r"py:.*", r"(Optimizer|FlatParameter|Tensor|Module|Parameter|LinearOperator|Axes|Figure|Generator|ndarray|Path)"),
     (r"py:.*", r"(Any|Callable|Iterable|Iterator|Sequence|Mapping|MutableMapping|Self|Literal|TypeVar|ParamSpec)"),
     (r"py:.*", r"(int|float|bool|str|dict|list|tuple|object|None|type|bytes|optional|callable)"),
     (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|Vecs|Spec)"),
-    (r"py:.*", r"(State|Losses|Empty|Vecs|Spec|Linearizable|OracleInterface|GameView|Steppable)"),
+    (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
+    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|Linearizable|OracleInterface|GameView|Steppable)"),
 ]
 
 # API reference
@@ -120,7 +122,8 @@ def _api_page(app) -> None:  # noqa: ANN001
         "",
         "Generated from the docstrings. Every name in ``gameopt.__all__`` is listed here,",
         "then the modules :mod:`gameopt.constraints`, :mod:`gameopt.diagnostics`,",
-        ":mod:`gameopt.updates` and :mod:`gameopt.debug`.",
+        ":mod:`gameopt.updates` and :mod:`gameopt.debug`, and the pieces of the internals",
+        "that an algorithm of your own meets (:mod:`gameopt.autodiff`'s linearizations).",
         "",
         ".. currentmodule:: gameopt",
         "",
@@ -137,7 +140,17 @@ def _api_page(app) -> None:  # noqa: ANN001
         ("gameopt.updates", [f"   :exclude-members: {in_all}"]),
         ("gameopt.debug", []),
     ]:
-        lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}", "   :members:"] + extra + [""]
+        members = [] if any(":members:" in e or ":no-members:" in e for e in extra) else ["   :members:"]
+        lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}"] + members + extra + [""]
+    lines += ["Internals an algorithm meets", "----------------------------", ""]
+    lines += [".. py:module:: gameopt.autodiff", "", ".. py:module:: gameopt.evaluation", ""]
+    for cls in (
+        "gameopt.autodiff.Linearization",
+        "gameopt.autodiff.ZeroSumLinearization",
+        "gameopt.algorithms.base.Wrapper",
+        "gameopt.buffer.FlatParameter",
+    ):
+        lines += [f".. autoclass:: {cls}", ""]
     out = DOCS / "api" / "index.rst"
     out.parent.mkdir(exist_ok=True)
     text = "\n".join(lines)

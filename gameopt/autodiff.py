@@ -302,7 +302,7 @@ def _graph_inputs(
 ) -> tuple[list[list[Tensor]], contextlib.AbstractContextManager[None]]:
     """What a kept graph is built on, for each list of ``params``, and the context
     the losses run in. With modules: the problem's detached alias of each parameter
-    (:attr:`Problem.aliases`), substituted for it, so that the graph pins no
+    (``Problem.aliases``), substituted for it, so that the graph pins no
     parameter (gameopt could not fuse it again while the graph lives). Players
     given as tensors: the tensors themselves."""
     if not problem.functional:
@@ -900,7 +900,7 @@ class ZeroSumLinearization:
     S = diag(I, −I) (player 0 minimizes f, player 1 minimizes −f): ξ = S∇f,
     J = S H, so every product is a Hessian-vector product through that one kept
     graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The inputs are one leaf per
-    parameter, as in the bare code (the layout's aliases, :attr:`Problem.aliases`:
+    parameter, as in the bare code (the layout's aliases, ``Problem.aliases``:
     no flat leaf, no ``split``, view or ``cat`` node in either pass); the
     per-parameter results become joint vectors with one ``cat`` (or
     ``_foreach_copy_``) outside the graph, and Jᵀξ's grad_outputs are ∇f's own

@@ -38,7 +38,7 @@ class LossError(ValueError):
 
 class StepLosses(tuple):
     """The players' losses at the start of a step (a tuple: ``g, d = game.step()``),
-    with the metrics the losses returned beside them in :attr:`metrics`."""
+    with the metrics the losses returned beside them in ``metrics``."""
 
     metrics: dict[str, Any]
 

@@ -67,7 +67,7 @@ class Player:
     Conversions after fusing (``module.double()``, ``.to(...)``, ``p.data = ...``,
     ``load_state_dict(..., assign=True)``), parameters added, removed, frozen
     (``requires_grad_(False)``) or unfrozen, and submodules added or replaced are
-    noticed by :meth:`check`, which every game step calls, and re-fused with the
+    noticed by ``check()``, which every game step calls, and re-fused with the
     current values. Sparse gradients (``nn.Embedding(sparse=True)``) are densified
     into the flat gradient buffer.
     """
@@ -301,7 +301,7 @@ class Player:
 
     @property
     def params(self) -> Tensor:
-        """The flat parameter tensor (a :class:`~gameopt.buffer.FlatParameter`): the
+        """The flat parameter tensor, a :class:`~gameopt.buffer.FlatParameter`, is the
         storage itself, so writes reach the module, and a tensor any ``torch.optim``
         optimizer takes (``torch.optim.Adam([player.params])``, LBFGS included):
         its ``.grad`` is :attr:`grad`. It is the same object for the player's whole
