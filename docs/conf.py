@@ -48,7 +48,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(int|float|bool|str|dict|list|tuple|object|None|type|bytes|optional|callable)"),
     (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|Vecs|Spec)"),
     (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
-    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|Linearizable|OracleInterface|GameView|Steppable)"),
+    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec)"),
+    (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable)"),
 ]
 
 # API reference

@@ -14,7 +14,6 @@ descent circles, and extragradient and consensus optimization converge.
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from torch.nn import functional as F
 
 import gameopt
