@@ -85,6 +85,12 @@ sphinx_gallery_conf = {
     "show_signature": False,
 }
 
+# math renders with MathJax from its CDN; GAMEOPT_DOCS_MATHJAX points at a local copy
+# for offline viewing (e.g. Debian's libjs-mathjax:
+# file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML)
+if os.environ.get("GAMEOPT_DOCS_MATHJAX"):
+    mathjax_path = os.environ["GAMEOPT_DOCS_MATHJAX"]
+
 html_theme = "furo"
 html_title = f"gameopt {version}"
 html_static_path: list[str] = []

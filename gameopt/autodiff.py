@@ -183,7 +183,7 @@ def first_order(
 
 _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into the buffers
 #: a player whose parameter tensors hold at least this many elements on average gets
-#: its gradient through ``.grad`` (one tensor alive at a time; a few µs more per
+#: its gradient through ``.grad`` (one tensor alive at a time; a little more per
 #: tensor), a smaller one has it captured and copied (cheaper per tensor)
 _IN_PLACE = 1 << 12
 
@@ -847,8 +847,8 @@ def _product(
     """``torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)`` for
     grad_outputs that gameopt formed itself (views of a joint vector, ∇f's own
     tensors, or dummies), without ``grad``'s Python-side check of each
-    (output, grad_output) pair: about 5 µs per tensor on the CPU, 1.3 ms per product
-    on 244 tensors, more than gameopt's whole bookkeeping of a step. Shapes are
+    (output, grad_output) pair, which on models of many tensors costs more than
+    gameopt's whole bookkeeping of a step (see the docs' Performance page). Shapes are
     compared here in one C-level pass (the engine alone would sum a broadcastable
     grad_output); the engine casts dtypes and checks devices, as under ``grad``.
     Tensor subclasses with ``__torch_function__`` take the public function."""

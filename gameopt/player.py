@@ -215,8 +215,8 @@ class Player:
     # ---------------------------------------------------------------- checking
     def registry_intact(self) -> bool:
         """True when no parameter or submodule was added, removed or replaced and no
-        ``requires_grad`` flag changed since fusing. Iterated in C (three passes, a
-        few tenths of a µs per parameter), so a game can run it every step."""
+        ``requires_grad`` flag changed since fusing. Iterated in C (three passes), so a
+        game can run it every step."""
         return (
             all(map(operator.is_, map(dict.get, self._reg_dicts, self._reg_names), self._reg_values))
             and list(map(len, self._dicts)) == self._sizes

@@ -10,9 +10,10 @@ game: the model minimizes the Lagrangian :math:`f(w) + \\lambda^\\top g(w)`, a
 multiplier player :math:`\\lambda \\ge 0` ascends on :math:`\\lambda^\\top g(w)`.
 At these step sizes on standardized features both projected gradient
 descent-ascent (``SimGD``) and extragradient reach a feasible point with the same
-objective and multiplier; the :doc:`results </results>` show a larger problem where
-GDA does not settle and the extrapolation methods do. Learning rates are per player, ``[model, multipliers]``; see
-:doc:`/recipes` for choosing them.
+objective and multiplier, and GDA oscillates around it for longer; the
+:doc:`results </results>` show a larger problem where GDA does not settle and the
+extrapolation methods do. Learning rates are per player, ``[model, multipliers]``;
+see :doc:`/recipes` for choosing them.
 """
 
 import matplotlib.pyplot as plt
@@ -58,7 +59,7 @@ for name, algorithm in {
     lam, _ = problem.multipliers
     axes[0].plot(objective, label=name)
     axes[1].plot(violation, label=name)
-    print(f"{name:>22}: objective {objective[-1]:.4f}, violation {violation[-1]:.2e}, λ = {lam.tolist()}")
+    print(f"{name:>22}: objective {objective[-1]:.4f}, violation {violation[-1]:.1e}, λ = {lam.numpy().round(3)}")
 axes[0].set(xlabel="step", ylabel="cross-entropy f(w)", title="objective")
 axes[1].set(xlabel="step", ylabel="max(0, g(w))", title="constraint violation", yscale="symlog")
 axes[1].set_yscale("symlog", linthresh=1e-4)
