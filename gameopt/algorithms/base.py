@@ -44,7 +44,15 @@ class Hyper:
     and users reach it (``for g in algo.param_groups: g["gamma"] *= 0.5``) and
     checkpoints carry it. ``algo.gamma`` is its value, checked when read: the value
     shared by all players (a ``ValueError`` if the groups were set apart; see
-    :meth:`Algorithm.per_player` for per-player values)."""
+    :meth:`Algorithm.per_player` for per-player values).
+
+    Args:
+        bounds: the range a value must lie in, as ``gameopt.checks.check_number``
+            takes it (``low``, ``high``, ``low_open``, ``high_open``, ``integer``).
+
+    Raises:
+        ValueError: (when a value is set or read) a value outside the range.
+    """
 
     def __init__(self, **bounds: Any) -> None:
         self.bounds = bounds
