@@ -223,6 +223,11 @@ class Game:
             that the ranks' parameters are still identical (0: never).
         loss_scale: a :class:`~gameopt.DynamicLossScale` for float16 players: steps
             that overflow are skipped (nothing changed) and the scale backs off.
+
+    Raises:
+        ValueError: no players, a parameter owned by two players, neither ``losses``
+            nor every player's ``loss=``, or a setting out of range.
+        TypeError: an algorithm whose settings are incomplete (nothing is bound).
     """
 
     def __init__(

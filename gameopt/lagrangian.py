@@ -106,6 +106,11 @@ class LagrangianGame:
     with the metrics ``objective`` (f) and ``violation`` (max(0, gᵢ) and ``|hⱼ|`` at
     their largest). :attr:`multipliers` is (λ, μ); ``game`` the
     :class:`~gameopt.Game`, whose ``state_dict`` holds the multipliers as a player.
+
+    Raises:
+        ValueError: no constraints (``num_ineq`` and ``num_eq`` both 0) or a negative
+            or non-finite ``penalty``.
+        TypeError: ``objective_and_constraints`` is not callable.
     """
 
     def __init__(

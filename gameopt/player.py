@@ -70,6 +70,10 @@ class Player:
     noticed by ``check()``, which every game step calls, and re-fused with the
     current values. Sparse gradients (``nn.Embedding(sparse=True)``) are densified
     into the flat gradient buffer.
+
+    Raises:
+        ValueError: a module without trainable parameters, or a constraint that does
+            not fit its parameter or names a parameter the module lacks.
     """
 
     def __init__(
