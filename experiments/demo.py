@@ -1,7 +1,10 @@
 """The README's demo: train a GAN on a ring of 8 Gaussians with several gameopt
-algorithms, print a results table and write figures/demo_ring.png.
+algorithms, print a results table and write runs/demo/demo_ring.png.
 
-    python -m experiments.demo [--steps 2000] [--seed 0] [--out figures] [--workers 2]
+    python -m experiments.demo [--steps 2000] [--seed 0] [--out runs/demo] [--workers 2]
+
+The figure goes to ``--out`` (default ``runs/demo``, a git-ignored folder), so a run
+never rewrites the committed ``figures/demo_ring.png``.
 
 A mode is covered when it holds at least a quarter of its fair share of the
 high-quality samples; a sample is high quality within 3σ of a mode centre. The
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("figures"))
+    parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output folder (default runs/demo)")
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
     args = parser.parse_args(argv)

@@ -183,7 +183,7 @@ def first_order(
 
 _COPY_BATCH = 1 << 18  # elements of pending gradients that trigger a copy into the buffers
 #: a player whose parameter tensors hold at least this many elements on average gets
-#: its gradient through ``.grad`` (one tensor alive at a time; a few µs more per
+#: its gradient through ``.grad`` (one tensor alive at a time; a little more per
 #: tensor), a smaller one has it captured and copied (cheaper per tensor)
 _IN_PLACE = 1 << 12
 
@@ -302,7 +302,7 @@ def _graph_inputs(
 ) -> tuple[list[list[Tensor]], contextlib.AbstractContextManager[None]]:
     """What a kept graph is built on, for each list of ``params``, and the context
     the losses run in. With modules: the problem's detached alias of each parameter
-    (:attr:`Problem.aliases`), substituted for it, so that the graph pins no
+    (``Problem.aliases``), substituted for it, so that the graph pins no
     parameter (gameopt could not fuse it again while the graph lives). Players
     given as tensors: the tensors themselves."""
     if not problem.functional:
@@ -847,8 +847,8 @@ def _product(
     """``torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)`` for
     grad_outputs that gameopt formed itself (views of a joint vector, ∇f's own
     tensors, or dummies), without ``grad``'s Python-side check of each
-    (output, grad_output) pair: about 5 µs per tensor on the CPU, 1.3 ms per product
-    on 244 tensors, more than gameopt's whole bookkeeping of a step. Shapes are
+    (output, grad_output) pair, which on models of many tensors costs more than
+    gameopt's whole bookkeeping of a step (see the docs' Performance page). Shapes are
     compared here in one C-level pass (the engine alone would sum a broadcastable
     grad_output); the engine casts dtypes and checks devices, as under ``grad``.
     Tensor subclasses with ``__torch_function__`` take the public function."""
@@ -900,7 +900,7 @@ class ZeroSumLinearization:
     S = diag(I, −I) (player 0 minimizes f, player 1 minimizes −f): ξ = S∇f,
     J = S H, so every product is a Hessian-vector product through that one kept
     graph: Jᵀu = H(Su), Jv = S(Hv); Jᵀξ = H∇f. The inputs are one leaf per
-    parameter, as in the bare code (the layout's aliases, :attr:`Problem.aliases`:
+    parameter, as in the bare code (the layout's aliases, ``Problem.aliases``:
     no flat leaf, no ``split``, view or ``cat`` node in either pass); the
     per-parameter results become joint vectors with one ``cat`` (or
     ``_foreach_copy_``) outside the graph, and Jᵀξ's grad_outputs are ∇f's own

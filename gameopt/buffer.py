@@ -53,7 +53,7 @@ def links_intact(
 ) -> bool:
     """True when every ``subs[k]._parameters[names[k]]`` is still ``registered[k]`` and
     every parameter still has its storage pointer and shape: the fused links hold.
-    Iterated in C (a few tenths of a µs per tensor), so it can run every step."""
+    Iterated in C, so it can run every step."""
     return (
         all(map(operator.is_, map(dict.get, map(_parameters, subs), names), registered))
         and list(map(Tensor.data_ptr, params)) == list(ptrs)

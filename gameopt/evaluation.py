@@ -38,7 +38,7 @@ class LossError(ValueError):
 
 class StepLosses(tuple):
     """The players' losses at the start of a step (a tuple: ``g, d = game.step()``),
-    with the metrics the losses returned beside them in :attr:`metrics`."""
+    with the metrics the losses returned beside them in ``metrics``."""
 
     metrics: dict[str, Any]
 
@@ -144,6 +144,13 @@ class DynamicLossScale:
         growth: factor after ``growth_interval`` good steps (> 1).
         backoff: factor after an overflow (in (0, 1)).
         growth_interval: good steps in a row before growing.
+
+    Raises:
+        ValueError: ``growth`` not above 1, ``backoff`` outside (0, 1), or
+            ``growth_interval`` not a positive integer.
+
+    References:
+        - Micikevicius et al. 2018, `Mixed Precision Training <https://arxiv.org/abs/1710.03740>`_
     """
 
     def __init__(

@@ -71,7 +71,7 @@ class Oracle:
     valid until the next :meth:`xi`; the algorithm may overwrite it, return it as
     its step, or pass it to the next :meth:`xi` as ``along``, but never keep it in
     its state). Everything else is the caller's: the linearization and its vectors,
-    and the vectors of :meth:`empty`, :meth:`moved`, :meth:`delta_to` and
+    and the vectors of ``empty``, :meth:`moved`, :meth:`delta_to` and
     :meth:`scaled` (taken from the game's pool: kept after the step only if the
     returned state holds them). :mod:`gameopt.debug` makes misuse fail loudly.
     """
@@ -88,7 +88,7 @@ class Oracle:
 
     @property
     def params(self) -> Vec:
-        """The current point (read only: return a delta instead of writing here)."""
+        """The current point, read only (return a delta instead of writing here)."""
         return self.layout.data
 
     @property
@@ -220,13 +220,13 @@ class Game:
         losses: callable returning one scalar loss per player; it draws its own
             data, or receives the arguments given to :meth:`step`. ``None``: use
             each player's own ``loss=``.
-        algorithm: an :class:`~gameopt.algorithms.Algorithm`; default ``SimGD(lr=1e-3)``.
+        algorithm: an :class:`~gameopt.Algorithm`; default ``SimGD(lr=1e-3)``.
             The game binds it (``game.algorithm``) and wraps it in a
             ``torch.optim.Optimizer``, ``game.optimizer`` (a
             :class:`~gameopt.optim.GameOptimizer`), for schedulers and Lightning.
         on_nonfinite: ``"raise"`` (default) refuses a step whose vector field or
             update is not finite with :class:`NonFiniteError`; ``"skip"`` skips it
-            (counted in :attr:`skipped_steps`). Either way nothing changes.
+            (counted in ``game.skipped_steps``). Either way nothing changes.
         process_group: a ``torch.distributed`` process group: the game becomes
             data-parallel. Each rank evaluates its losses on its shard of the data;
             every vector field and Jacobian product is averaged across ranks (one
@@ -245,6 +245,12 @@ class Game:
     ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
     ``load_state_dict`` and the products hold :attr:`lock` (a re-entrant lock), so
     a call from another thread waits for the running one (docs/misuse.md).
+
+    Raises:
+        ValueError: no players, a parameter owned by two players, neither ``losses``
+            nor every player's ``loss=``, a setting out of range, a
+            starting point that is not finite, or a parameter on the ``meta`` device.
+        TypeError: an algorithm whose settings are incomplete (nothing is bound).
     """
 
     def __init__(
@@ -302,7 +308,7 @@ class Game:
     @property
     def algorithm(self) -> Algorithm:
         """The algorithm, bound to this game. Assigning another one checks that it fits
-        the players, binds it (fresh state) and builds a new :attr:`optimizer` (the
+        the players, binds it (fresh state) and builds a new ``optimizer`` (the
         ``torch.optim.Optimizer`` for schedulers and Lightning); the previous
         optimizer then refuses to step."""
         return self._algorithm

@@ -85,7 +85,7 @@ def _count(name: str, value: Any) -> int:
 
 
 class LagrangianGame:
-    """``min f(w) s.t. g(w) ≤ 0, h(w) = 0`` as a game between the model and its
+    """Minimize ``f(w)`` subject to ``g(w) ≤ 0`` and ``h(w) = 0``, as a game between the model and its
     Lagrange multipliers (see the module docstring for the equations).
 
     Args:
@@ -103,9 +103,14 @@ class LagrangianGame:
 
     ``step(*args, **kwargs)`` runs one step of the game and returns its losses at the
     start of the step (the primal loss ``L_c`` and the multipliers' ``−(λᵀg + μᵀh)``)
-    with the metrics ``objective`` (f) and ``violation`` (max(0, gᵢ) and |hⱼ| at
-    their largest). :attr:`multipliers` is (λ, μ); :attr:`game` the
+    with the metrics ``objective`` (f) and ``violation`` (max(0, gᵢ) and ``|hⱼ|`` at
+    their largest). :attr:`multipliers` is (λ, μ); ``game`` the
     :class:`~gameopt.Game`, whose ``state_dict`` holds the multipliers as a player.
+
+    Raises:
+        ValueError: no constraints (``num_ineq`` and ``num_eq`` both 0) or a negative
+            or non-finite ``penalty``.
+        TypeError: ``objective_and_constraints`` is not callable.
     """
 
     def __init__(
@@ -194,7 +199,7 @@ class LagrangianGame:
 
     @property
     def multipliers(self) -> tuple[Tensor, Tensor]:
-        """(λ, μ): copies of the current multipliers, of shapes (num_ineq,), (num_eq,)."""
+        """The current multipliers (λ, μ) as copies, of shapes (num_ineq,) and (num_eq,)."""
         lam, mu = self.multiplier_module.values()
         return lam.detach().clone(), mu.detach().clone()
 
@@ -207,5 +212,5 @@ class LagrangianGame:
 
 
 def _violation(g: Tensor, h: Tensor) -> Tensor:
-    """The largest violation: max(0, max gᵢ, max |hⱼ|)."""
+    """The largest violation: ``max(0, max gᵢ, max |hⱼ|)``."""
     return torch.cat([g.clamp_min(0), h.abs(), g.new_zeros(1)]).max()

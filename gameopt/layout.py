@@ -209,7 +209,7 @@ class VecPool:
 def all_finite(vecs: Sequence[Tensor]) -> bool:
     """True when every element is finite: one reduction per tensor (a sum, which
     any NaN or infinity poisons; half precision is summed in float32) and one host
-    sync. About 50x cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
+    sync, far cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
     CPU are read directly (two dispatches per tensor: a step's bookkeeping is
     counted in dispatches, each far dearer right after a backward than when warm)."""
     sums = []

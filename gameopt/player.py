@@ -63,9 +63,13 @@ class Player:
     Conversions after fusing (``module.double()``, ``.to(...)``, ``p.data = ...``,
     ``load_state_dict(..., assign=True)``), parameters added, removed, frozen
     (``requires_grad_(False)``) or unfrozen, and submodules added or replaced are
-    noticed by :meth:`check`, which every game step calls, and re-fused with the
+    noticed by ``check()``, which every game step calls, and re-fused with the
     current values. Sparse gradients (``nn.Embedding(sparse=True)``) are densified
     into the flat gradient buffer.
+
+    Raises:
+        ValueError: a module without trainable parameters, or a constraint that does
+            not fit its parameter or names a parameter the module lacks.
     """
 
     def __init__(
@@ -214,8 +218,8 @@ class Player:
     # ---------------------------------------------------------------- checking
     def registry_intact(self) -> bool:
         """True when no parameter or submodule was added, removed or replaced and no
-        ``requires_grad`` flag changed since fusing. Iterated in C (three passes, a
-        few tenths of a µs per parameter), so a game can run it every step."""
+        ``requires_grad`` flag changed since fusing. Iterated in C (three passes), so a
+        game can run it every step."""
         return (
             all(map(operator.is_, map(dict.get, self._reg_dicts, self._reg_names), self._reg_values))
             and list(map(len, self._dicts)) == self._sizes
@@ -300,7 +304,7 @@ class Player:
 
     @property
     def params(self) -> Tensor:
-        """The flat parameter tensor (a :class:`~gameopt.buffer.FlatParameter`): the
+        """The flat parameter tensor, a :class:`~gameopt.buffer.FlatParameter`, is the
         storage itself, so writes reach the module, and a tensor any ``torch.optim``
         optimizer takes (``torch.optim.Adam([player.params])``, LBFGS included):
         its ``.grad`` is :attr:`grad`. It is the same object for the player's whole

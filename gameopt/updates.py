@@ -108,7 +108,7 @@ def _takes_flags(cls: type) -> bool:
 
 
 class Plain(UpdateRule):
-    """out = d."""
+    """The plain gradient: out = d (no state). The default of every algorithm."""
 
 
 class Momentum(UpdateRule):
@@ -117,6 +117,18 @@ class Momentum(UpdateRule):
     A negative ``momentum`` gives the negative momentum of Gidel et al. 2019,
     "Negative Momentum for Improved Game Dynamics". Same convention as
     ``torch.optim.SGD`` with zero dampening.
+
+    Args:
+        momentum: μ in (−1, 1); schedulable as the param group's ``"momentum"``.
+        nesterov: use d + μ b instead of b.
+
+    Raises:
+        ValueError: ``momentum`` outside (−1, 1).
+
+    References:
+        - Polyak 1964, Some methods of speeding up the convergence of iteration methods
+        - Gidel et al. 2019, `Negative Momentum for Improved Game Dynamics
+          <https://arxiv.org/abs/1807.04740>`_
     """
 
     schedulable = ("momentum",)
@@ -163,6 +175,18 @@ class Adam(UpdateRule):
     the moments after the extrapolation are recomputed from the first ξ once the
     extrapolated point is evaluated (see :meth:`extrapolate`), so that one vector
     less is held during that evaluation.
+
+    Args:
+        betas: (β₁, β₂), each in [0, 1); schedulable as the param group's ``"betas"``.
+        eps: ε ≥ 0, added to √v.
+
+    Raises:
+        ValueError: ``betas`` not two numbers in [0, 1), or ``eps`` negative.
+
+    References:
+        - Kingma & Ba 2015, `Adam: A Method for Stochastic Optimization <https://arxiv.org/abs/1412.6980>`_
+        - Gidel et al. 2019, `A Variational Inequality Perspective on Generative Adversarial Networks
+          <https://arxiv.org/abs/1802.10551>`_
     """
 
     schedulable = ("betas",)

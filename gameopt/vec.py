@@ -23,7 +23,14 @@ from torch import Tensor
 
 
 class Vec(list):  # type: ignore[type-arg]
-    """A joint vector: one flat tensor per (device, dtype) group (see the module)."""
+    """A joint vector: one flat tensor per (device, dtype) group (see the module).
+
+    Arithmetic reads like the equations (``xi + gamma * jt_xi``, ``v.add_(w, alpha=)``,
+    ``v.dot(w)``, ``v.norm()``), one ``torch._foreach_*`` operation per group.
+
+    Args:
+        tensors: the flat tensors, one per group, in the game's group order.
+    """
 
     def __init__(self, tensors: Iterable[Tensor] = ()) -> None:
         super().__init__(tensors)

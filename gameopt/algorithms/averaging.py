@@ -43,6 +43,14 @@ class Averaging(Wrapper):
         kind: ``"uniform"`` or ``"ema"``.
         decay: β in [0, 1), for ``"ema"``.
         start: steps before averaging starts (s).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Yazıcı et al. 2019, `The Unusual Effectiveness of Averaging in GAN Training
+          <https://arxiv.org/abs/1806.04498>`_
     """
 
     def __init__(self, base: Algorithm, kind: str = "uniform", decay: float = 0.999, start: int = 0) -> None:

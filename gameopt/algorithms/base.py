@@ -44,7 +44,15 @@ class Hyper:
     and users reach it (``for g in algo.param_groups: g["gamma"] *= 0.5``) and
     checkpoints carry it. ``algo.gamma`` is its value, checked when read: the value
     shared by all players (a ``ValueError`` if the groups were set apart; see
-    :meth:`Algorithm.per_player` for per-player values)."""
+    :meth:`Algorithm.per_player` for per-player values).
+
+    Args:
+        bounds: the range a value must lie in, as ``gameopt.checks.check_number``
+            takes it (``low``, ``high``, ``low_open``, ``high_open``, ``integer``).
+
+    Raises:
+        ValueError: (when a value is set or read) a value outside the range.
+    """
 
     def __init__(self, **bounds: Any) -> None:
         self.bounds = bounds
@@ -72,7 +80,7 @@ class Algorithm:
     """Base class of gameopt algorithms.
 
     An algorithm holds one param group per player (a dict with that player's
-    ``'lr'`` and the schedulable hyperparameters) and its state (:attr:`state`).
+    ``'lr'`` and the schedulable hyperparameters) and its state (``state``).
     It is bound to a game by :class:`~gameopt.Game`. Each step it queries the
     game's oracle and returns ``(delta, new_state)``; the game applies
     ``w ← w + delta`` and commits ``new_state`` only if both are finite.
@@ -84,8 +92,8 @@ class Algorithm:
     Subclasses implement :meth:`init_state` and :meth:`update`.
     """
 
-    #: only ξ is used (no Jacobian products): the algorithm has a projected or
-    #: mirror version on feasible sets (see :mod:`gameopt.constraints`)
+    #: Whether only ξ is used (no Jacobian products); such an algorithm has a
+    #: projected or mirror version on feasible sets (see :mod:`gameopt.constraints`).
     first_order = True
 
     def __init__(self, lr: float | Sequence[float], update: UpdateRule | None = None, **settings: Any) -> None:
@@ -212,6 +220,7 @@ class Algorithm:
 
     # ---------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
+        """A snapshot: the type's name, the param groups (without ``params``) and a copy of the state."""
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         # a snapshot: the live state's tensors are reused by later steps
         return {"type": type(self).__name__, "param_groups": groups, "state": clone_state(self.state)}

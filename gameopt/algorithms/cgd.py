@@ -93,6 +93,13 @@ class CGD(Algorithm):
         tol: relative residual ‖r‖ ≤ tol·‖b‖ of the linear solve.
         maxiter: the most matrix-vector products per step (default: the dimension).
         zero_sum: use the two-player zero-sum CG solver.
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Schäfer & Anandkumar 2019, `Competitive Gradient Descent <https://arxiv.org/abs/1905.12103>`_
     """
 
     first_order = False
@@ -143,6 +150,14 @@ class ACGD(Algorithm):
         tol: relative tolerance on the squared residual.
         atol: absolute tolerance on the squared residual.
         maxiter: the most CG iterations per step (default: the dimension).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+        TypeError: a setting left without a value, when the algorithm is bound to a game.
+
+    References:
+        - Schäfer et al. 2020, `Implicit competitive regularization in GANs <https://arxiv.org/abs/1910.05852>`_
     """
 
     first_order = False

@@ -30,6 +30,16 @@ class Extragradient(Algorithm):
         lr: η, one float or one per player.
         extrapolation_lr: η' (default η), one float or one per player.
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Korpelevich 1976, The extragradient method for finding saddle points and other problems, Ekonomika i
+          Matematicheskie Metody 12
+        - Gidel et al. 2019, `A Variational Inequality Perspective on Generative Adversarial Networks
+          <https://arxiv.org/abs/1802.10551>`_
     """
 
     def __init__(
@@ -70,6 +80,15 @@ class Optimistic(Algorithm):
     Args:
         lr: η, one float or one per player.
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Daskalakis et al. 2018, `Training GANs with Optimism <https://arxiv.org/abs/1711.00141>`_
+        - Gidel et al. 2019, `A Variational Inequality Perspective on Generative Adversarial Networks
+          <https://arxiv.org/abs/1802.10551>`_
     """
 
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:

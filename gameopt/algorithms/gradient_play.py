@@ -27,6 +27,10 @@ class SimGD(Algorithm):
     Args:
         lr: η, one float or one per player.
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
     """
 
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
@@ -48,6 +52,13 @@ class AltGD(Algorithm):
     Args:
         lr: η, one float or one per player.
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Gidel et al. 2019, `Negative Momentum for Improved Game Dynamics <https://arxiv.org/abs/1807.04740>`_
     """
 
     def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:

@@ -25,6 +25,13 @@ class HamiltonianGD(Algorithm):
         update: per-player update rule (default: plain gradient).
         zero_sum: the game is two players with losses (f, −f): Jᵀξ = ∇²f ∇f, one
             Hessian-vector product through one ``create_graph`` backward of f.
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Balduzzi et al. 2018, `The Mechanics of n-Player Differentiable Games <https://arxiv.org/abs/1802.05642>`_
     """
 
     first_order = False
@@ -53,6 +60,14 @@ class ConsensusOptimization(Algorithm):
         update: per-player update rule (default: plain gradient; the paper uses RMSProp-like steps).
         zero_sum: the game is two players with losses (f, −f): Jᵀξ = ∇²f ∇f, one
             Hessian-vector product through one ``create_graph`` backward of f.
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+        TypeError: a setting left without a value, when the algorithm is bound to a game.
+
+    References:
+        - Mescheder et al. 2017, `The Numerics of GANs <https://arxiv.org/abs/1705.10461>`_
     """
 
     first_order = False

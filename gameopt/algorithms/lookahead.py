@@ -29,6 +29,13 @@ class Lookahead(Wrapper):
         base: the inner algorithm.
         k: fast steps between synchronizations.
         alpha: α in (0, 1].
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+
+    References:
+        - Chavdarova et al. 2021, `Taming GANs with Lookahead-Minmax <https://arxiv.org/abs/2006.14567>`_
     """
 
     def __init__(self, base: Algorithm, k: int = 5, alpha: float = 0.5) -> None:

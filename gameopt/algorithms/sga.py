@@ -48,6 +48,15 @@ class SGA(Algorithm):
         zero_sum: the game is two players with losses (f, −f): Jᵀξ = ∇²f ∇f and
             Jξ = S ∇²f ξ, two Hessian-vector products through one ``create_graph``
             backward of f (no re-evaluation of the losses).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+        TypeError: a setting left without a value, when the algorithm is bound to a game.
+
+    References:
+        - Balduzzi et al. 2018, `The Mechanics of n-Player Differentiable Games <https://arxiv.org/abs/1802.05642>`_
+        - Letcher et al. 2019, `Differentiable Game Mechanics <https://arxiv.org/abs/1905.04926>`_
     """
 
     first_order = False

@@ -34,6 +34,14 @@ class LA(Algorithm):
         lr: η, one float or one per player.
         alpha: α, the anticipated opponents' learning rate.
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+        TypeError: a setting left without a value, when the algorithm is bound to a game.
+
+    References:
+        - Letcher et al. 2019, `Stable Opponent Shaping in Differentiable Games <https://arxiv.org/abs/1811.08469>`_
     """
 
     first_order = False
@@ -68,6 +76,14 @@ class LOLA(Algorithm):
         alpha: α, the anticipated opponents' learning rate.
         shaping_only: drop the look-ahead term (ξ − αχ).
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+        TypeError: a setting left without a value, when the algorithm is bound to a game.
+
+    References:
+        - Foerster et al. 2018, `Learning with Opponent-Learning Awareness <https://arxiv.org/abs/1709.04326>`_
     """
 
     first_order = False
@@ -108,6 +124,14 @@ class SOS(Algorithm):
         a: in (0, 1), the alignment threshold of p₁.
         b: the gradient-norm threshold of p₂.
         update: per-player update rule (default: plain gradient).
+
+    Raises:
+        ValueError: a learning rate or setting outside its range (when built; a
+            scheduled value when a step reads it).
+        TypeError: a setting left without a value, when the algorithm is bound to a game.
+
+    References:
+        - Letcher et al. 2019, `Stable Opponent Shaping in Differentiable Games <https://arxiv.org/abs/1811.08469>`_
     """
 
     first_order = False

@@ -1,0 +1,168 @@
+"""Sphinx configuration for gameopt's documentation.
+
+Build (strict: any warning, unresolved cross-reference or broken internal link fails):
+
+    python3 -m sphinx -W --keep-going -n -b html docs docs/_build/html
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import gameopt  # noqa: E402
+
+project = "gameopt"
+author = "the gameopt authors"
+copyright = "gameopt authors"
+release = version = gameopt.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "examples/README.txt", "examples/*.py", "**.ipynb_checkpoints"]
+templates_path = ["_templates"]
+
+# strict: -W -n on the command line; these are the references Sphinx cannot resolve
+# without network access to other projects' inventories (torch, numpy, scipy)
+nitpicky = True
+nitpick_ignore_regex = [
+    (r"py:.*", r"(torch|numpy|np|scipy|matplotlib|collections|typing|pathlib|lightning)(\..*)?"),
+    (r"py:.*", r"nn\..*"),
+    (r"py:.*", r"(Optimizer|FlatParameter|Tensor|Module|Parameter|LinearOperator|Axes|Figure|Generator|ndarray|Path)"),
+    (r"py:.*", r"(Any|Callable|Iterable|Iterator|Sequence|Mapping|MutableMapping|Self|Literal|TypeVar|ParamSpec)"),
+    (r"py:.*", r"(int|float|bool|str|dict|list|tuple|object|None|type|bytes|optional|callable)"),
+    (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|Vecs|Spec)"),
+    (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
+    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec)"),
+    (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable)"),
+]
+
+# API reference
+autosummary_generate = True
+autosummary_imported_members = False
+autodoc_default_options = {"members": True, "show-inheritance": False, "member-order": "bysource"}
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_class_signature = "mixed"
+autodoc_preserve_defaults = True
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+
+# Markdown pages
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# the gallery: every docs/examples/plot_*.py is executed at build time and shown with its figures
+sphinx_gallery_conf = {
+    "examples_dirs": "examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "ignore_pattern": r"__init__\.py",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "abort_on_example_error": True,
+    "only_warn_on_example_error": False,
+    "matplotlib_animations": False,
+    "within_subsection_order": "FileNameSortKey",
+    "reset_modules": ("matplotlib",),
+    "show_memory": False,
+    "show_signature": False,
+}
+
+# math renders with MathJax from its CDN; GAMEOPT_DOCS_MATHJAX points at a local copy
+# for offline viewing (e.g. Debian's libjs-mathjax:
+# file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML)
+if os.environ.get("GAMEOPT_DOCS_MATHJAX"):
+    mathjax_path = os.environ["GAMEOPT_DOCS_MATHJAX"]
+
+html_theme = "furo"
+html_title = f"gameopt {version}"
+html_static_path: list[str] = []
+html_theme_options = {"navigation_with_keys": True}
+suppress_warnings: list[str] = []
+
+
+def _api_page(app) -> None:  # noqa: ANN001
+    """Write docs/api/index.rst from gameopt.__all__, so every public name is documented."""
+    import inspect
+
+    groups: dict[str, list[str]] = {
+        "Games and players": [],
+        "Algorithms": [],
+        "Update rules": [],
+        "Errors and results": [],
+        "Building blocks": [],
+    }
+    for name in gameopt.__all__:
+        obj = getattr(gameopt, name)
+        if inspect.ismodule(obj):
+            continue
+        if isinstance(obj, type) and issubclass(obj, gameopt.Algorithm):
+            groups["Algorithms"].append(name)
+        elif isinstance(obj, type) and issubclass(obj, gameopt.UpdateRule):
+            groups["Update rules"].append(name)
+        elif isinstance(obj, type) and issubclass(obj, BaseException) or name in ("StepLosses",):
+            groups["Errors and results"].append(name)
+        elif name in ("Game", "Player", "LagrangianGame", "GameOptimizer", "DynamicLossScale"):
+            groups["Games and players"].append(name)
+        else:
+            groups["Building blocks"].append(name)
+    lines = [
+        "API reference",
+        "=============",
+        "",
+        "Generated from the docstrings. Every name in ``gameopt.__all__`` is listed here,",
+        "then the modules :mod:`gameopt.constraints`, :mod:`gameopt.diagnostics`,",
+        ":mod:`gameopt.updates` and :mod:`gameopt.debug`, and the pieces of the internals",
+        "that an algorithm of your own meets (:mod:`gameopt.autodiff`'s linearizations).",
+        "",
+        ".. currentmodule:: gameopt",
+        "",
+    ]
+    for title, names in groups.items():
+        if not names:
+            continue
+        lines += [title, "-" * len(title), "", ".. autosummary::", "   :toctree: generated", "   :nosignatures:", ""]
+        lines += [f"   {n}" for n in names] + [""]
+    in_all = ", ".join(n for n in gameopt.__all__ if hasattr(gameopt.updates, n))
+    for mod, extra in [
+        ("gameopt.constraints", []),
+        ("gameopt.diagnostics", []),
+        ("gameopt.updates", [f"   :exclude-members: {in_all}"]),
+        ("gameopt.debug", []),
+    ]:
+        members = [] if any(":members:" in e or ":no-members:" in e for e in extra) else ["   :members:"]
+        lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}"] + members + extra + [""]
+    lines += ["Internals an algorithm meets", "----------------------------", ""]
+    lines += [".. py:module:: gameopt.autodiff", "", ".. py:module:: gameopt.evaluation", ""]
+    for cls in (
+        "gameopt.autodiff.Linearization",
+        "gameopt.autodiff.ZeroSumLinearization",
+        "gameopt.algorithms.base.Wrapper",
+        "gameopt.buffer.FlatParameter",
+    ):
+        lines += [f".. autoclass:: {cls}", ""]
+    out = DOCS / "api" / "index.rst"
+    out.parent.mkdir(exist_ok=True)
+    text = "\n".join(lines)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+
+
+_api_page(None)
