@@ -243,7 +243,7 @@ class Game:
 
     A game refuses a starting point that is not finite and parameters on the
     ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
-    ``load_state_dict`` and the products hold :attr:`lock` (a re-entrant lock), so
+    ``load_state_dict`` and the products hold ``game.lock`` (a re-entrant lock), so
     a call from another thread waits for the running one (docs/misuse.md).
 
     Raises:

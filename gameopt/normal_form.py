@@ -38,7 +38,7 @@ def nash_conv(payoffs: Sequence[Tensor], strategies: Sequence[Tensor]) -> Tensor
 
     Raises:
         ValueError: shapes that do not fit, or a strategy that is not a probability
-        vector (negative entries, or a sum off 1 by more than √ε of its dtype).
+            vector (negative entries, or a sum off 1 by more than √ε of its dtype).
     """
     n = len(payoffs)
     if n == 0 or len(strategies) != n:
