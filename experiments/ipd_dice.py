@@ -56,7 +56,6 @@ from experiments.common import (
     UsageError,
     building_game,
     check_args,
-    figures_dir,
     hyperparameters,
     lr_from_args,
     main_guard,
