@@ -1,6 +1,6 @@
 """gameopt: optimization of differentiable multi-player games in PyTorch."""
 
-from . import debug, diagnostics
+from . import debug, diagnostics, dice
 from .algorithms import (
     ACGD,
     CGD,
@@ -36,6 +36,7 @@ from .vec import Vec
 __all__ = [
     "debug",
     "diagnostics",
+    "dice",
     "ACGD",
     "CGD",
     "LA",

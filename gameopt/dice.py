@@ -1,0 +1,109 @@
+"""DiCE objectives: policy-gradient surrogates whose derivatives of every order are
+unbiased, so second-order game dynamics (LA, LOLA, SOS, SGA, consensus) run on
+sampled returns.
+
+A policy-gradient surrogate ``Σ log π · R`` has the right first derivative but
+wrong higher ones. DiCE (Foerster, Farquhar, Al-Shedivat, Rocktäschel, Xing &
+Whiteson 2018, "DiCE: The Infinitely Differentiable Monte-Carlo Estimator",
+https://arxiv.org/abs/1802.05098) weights each reward by the *magic box* of the
+log-probabilities of the actions it depends on:
+
+    ⊡(x) = exp(x − ⊥(x)),   value 1,   ∇⊡(x) = ⊡(x) ∇x,
+
+so that the objective's value is the sampled return and each of its derivatives,
+of any order, is an unbiased estimate of the same derivative of the expected
+return. A game whose losses are ``-objective(...)`` (one per agent) runs through
+every gameopt algorithm unchanged: ξ, Jv, Jᵀv and the off-diagonal product H_o v
+of a fixed v are unbiased. Products of two estimates (LOLA's χ, LA's H_o ξ, Jᵀξ)
+are unbiased only when the two factors come from independent samples; see
+``docs/dice.md`` for which terms are which and how to sample each agent's loss
+from its own batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["magic_box", "objective"]
+
+
+def magic_box(x: Tensor) -> Tensor:
+    """⊡(x) = exp(x − x.detach()): evaluates to 1, and ∇⊡(x) = ⊡(x) ∇x.
+
+    Args:
+        x: any tensor, typically a sum of log-probabilities of sampled actions.
+
+    Returns:
+        A tensor of ones shaped like ``x`` that carries ``x``'s derivatives.
+    """
+    return torch.exp(x - x.detach())
+
+
+def _check(name: str, t: Tensor, shape: torch.Size | None) -> None:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must have shape (T, B) (steps, episodes), got {tuple(t.shape)}")
+    if shape is not None and t.shape != shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, the rewards {tuple(shape)}")
+
+
+def objective(logps: Sequence[Tensor], rewards: Tensor, discount: float, baseline: Tensor | None = None) -> Tensor:
+    """The DiCE objective of one agent, averaged over a batch of episodes:
+
+        L = 1/B Σ_b Σ_t γᵗ r_{t,b} ⊡(Σ_{t′≤t} Σ_agents log π(a_{t′,b}))
+
+    whose value is the mean discounted return and whose derivatives of every order
+    are unbiased estimates of those of the expected discounted return (Foerster et
+    al. 2018, https://arxiv.org/abs/1802.05098). Maximize it (a gameopt loss is its
+    negation).
+
+    With ``baseline`` (b_{t,b}, for example a value estimate of the state at t;
+    treated as a constant), the variance-reduction term of Mao et al. 2019 ("A
+    Baseline for Any Order Gradient Estimation in Stochastic Computation Graphs",
+    https://arxiv.org/abs/1809.07040), in the form of the LOLA-DiCE code, is added:
+
+        + 1/B Σ_b Σ_t γᵗ (1 − ⊡(Σ_agents log π(a_{t,b}))) b_{t,b}
+
+    Its value is 0 and the expectation of each of its derivatives is 0, so it changes
+    no value and no expectation.
+
+    Args:
+        logps: one (T, B) tensor per agent: log π(a_t) of the actions sampled at
+            step t of episode b, with their graphs to the policies' parameters.
+        rewards: this agent's (T, B) rewards; usually data without a graph (a
+            reward that depends on the parameters differentiably is differentiated
+            through as well).
+        discount: γ in [0, 1].
+        baseline: optional (T, B) baseline (detached inside).
+
+    Returns:
+        The scalar objective.
+
+    Raises:
+        TypeError, ValueError: for inputs of the wrong type or shape, an empty
+            ``logps`` or a discount outside [0, 1].
+    """
+    logps = list(logps)
+    if not logps:
+        raise ValueError("logps must hold one (T, B) tensor per agent, got none")
+    _check("rewards", rewards, None)
+    for k, lp in enumerate(logps):
+        _check(f"logps[{k}]", lp, rewards.shape)
+    if baseline is not None:
+        _check("baseline", baseline, rewards.shape)
+    discount = float(discount)
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount}")
+    steps = torch.arange(rewards.shape[0], device=rewards.device, dtype=rewards.dtype)
+    weights = (discount**steps).unsqueeze(1)  # γᵗ, (T, 1)
+    joint = torch.stack(logps).sum(0)  # Σ_agents log π(a_t), (T, B)
+    value = (weights * rewards * magic_box(torch.cumsum(joint, 0))).sum(0).mean()
+    if baseline is not None:
+        value = value + (weights * (1 - magic_box(joint)) * baseline.detach()).sum(0).mean()
+    return value
