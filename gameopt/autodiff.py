@@ -35,7 +35,6 @@ import logging
 import math
 import operator
 import re
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -45,6 +44,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor, nn
 
+from . import _torch_compat as tc
 from .buffer import _grad, _shape
 from .evaluation import Evaluations, LossError, split_losses
 from .layout import Entry, JointLayout
@@ -169,7 +169,7 @@ def first_order(
             _through_grad(problem, i, losses[i], retain_graph=k < last)
             if scale != 1.0:
                 with torch.no_grad():
-                    torch._foreach_div_(problem.grad_views[i], scale)
+                    tc.foreach_div_(problem.grad_views[i], scale)
             continue
         pending += _captured(problem, i, losses[i], k < last, dst, src)
         # copy many small players' gradients at once; large ones right away (memory)
@@ -216,9 +216,9 @@ def _captured(problem: Problem, i: int, loss: Tensor, retain_graph: bool, dst: l
 
 def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
     with torch.no_grad():
-        torch._foreach_copy_(dst, src)
+        tc.foreach_copy_(dst, src)
         if scale != 1.0:
-            torch._foreach_div_(dst, scale)
+            tc.foreach_div_(dst, scale)
 
 
 def _in_place(problem: Problem, i: int) -> bool:
@@ -234,7 +234,7 @@ def _in_place(problem: Problem, i: int) -> bool:
         if any(g is not None and g is not v for g, v in zip(map(_grad, params), views)):
             return False  # a gradient of the user's own (one with a graph, say): left as it is
     for p in params:  # few tensors here (large ones)
-        hooks = p._post_accumulate_grad_hooks
+        hooks = tc.post_accumulate_grad_hooks(p)
         if not hooks or not all(getattr(fn, "_gameopt_relink", False) for fn in hooks.values()):
             return False
     return True
@@ -318,22 +318,12 @@ def jacobian_mode(problem: Problem) -> Iterator[None]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rnn = problem.recurrent
-    mkldnn = torch._C._get_mkldnn_enabled()
-    try:
-        if rnn:
-            torch._C._set_mkldnn_enabled(False)
-        with sdpa_kernel(SDPBackend.MATH):
-            yield
-    finally:
-        torch._C._set_mkldnn_enabled(mkldnn)
+    with tc.mkldnn_disabled(bool(rnn)), sdpa_kernel(SDPBackend.MATH):
+        yield
 
 
 def _make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
-    # The first make_dual loads torch's jvp decompositions through torch.jit.script,
-    # which warns about its own deprecation; that warning is not the user's concern.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*deprecated", category=DeprecationWarning)
-        return fwAD.make_dual(primal, tangent)
+    return tc.make_dual(primal, tangent)
 
 
 def _entry_packed(e: Entry) -> bool:
@@ -478,7 +468,7 @@ class Linearization:
     def _views(self, flat: Tensor, k: int) -> list[Tensor]:
         """Per-parameter views of ``flat``, laid out like entry ``k``'s buffer."""
         if self._entry_packed[k]:
-            return torch._C._nn.unflatten_dense_tensors(flat, self.inputs[k])
+            return tc.unflatten_dense(flat, self.inputs[k])
         return self.layout.entries[k].buffer.views(flat)
 
     def _parts(self, v: Vec, ks: list[int]) -> list[list[Tensor]]:
@@ -563,9 +553,9 @@ class Linearization:
                             dst.append(view)
                             src.append(t)
             if zero and layout.dense:
-                torch._foreach_zero_(zero)
+                tc.foreach_zero_(zero)
             if dst:
-                torch._foreach_copy_(dst, src)
+                tc.foreach_copy_(dst, src)
         return out
 
     def _flat(self, k: int, part: _Part | None) -> Tensor:
@@ -580,7 +570,7 @@ class Linearization:
             out = self._zeros(k)
             have = [(view, t) for view, t in zip(self._views(out, k), part) if t is not None]
             if have:
-                torch._foreach_copy_([view for view, _ in have], [t for _, t in have])
+                tc.foreach_copy_([view for view, _ in have], [t for _, t in have])
         return out
 
     def _all(self) -> list[int]:
@@ -831,12 +821,6 @@ def _dense(t: Tensor | None) -> Tensor | None:
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
 
 
-try:  # what torch.autograd.grad runs after checking its arguments (private; checked on torch 2.13)
-    from torch.autograd.graph import _engine_run_backward
-except ImportError:  # pragma: no cover - older torch: the public function
-    _engine_run_backward = None
-
-
 def _product(
     outputs: Sequence[Tensor],
     inputs: Sequence[Tensor],
@@ -854,7 +838,7 @@ def _product(
     Tensor subclasses with ``__torch_function__`` take the public function."""
     outputs, inputs, grad_outputs = tuple(outputs), tuple(inputs), tuple(grad_outputs)
     if (
-        _engine_run_backward is None
+        tc.engine_run_backward is None
         or not _complete(grad_outputs)
         or torch.overrides.has_torch_function(outputs + inputs + grad_outputs)
     ):
@@ -867,7 +851,8 @@ def _product(
         k = next(k for k, (o, g) in enumerate(zip(outputs, grad_outputs)) if o.shape != g.shape)
         shapes = f"{tuple(grad_outputs[k].shape)} and output[{k}] has a shape of {tuple(outputs[k].shape)}"
         raise RuntimeError(f"Mismatch in shape: grad_output[{k}] has a shape of {shapes}")
-    return _engine_run_backward(outputs, grad_outputs, retain_graph, create_graph, inputs, True, accumulate_grad=False)
+    engine = tc.engine_run_backward
+    return engine(outputs, grad_outputs, retain_graph, create_graph, inputs, True, accumulate_grad=False)
 
 
 def _check_unspent(lin: Linearization | ZeroSumLinearization) -> None:
@@ -888,7 +873,7 @@ def _packed(layout: JointLayout, g: int) -> bool:
 
 def _cat(tensors: Sequence[Tensor]) -> Tensor:
     """A new flat tensor: the flattened ``tensors`` one after the other."""
-    flat = torch._C._nn.flatten_dense_tensors(tensors)
+    flat = tc.flatten_dense(tensors)
     return flat.clone() if len(tensors) == 1 else flat  # of one tensor, flatten returns a view
 
 
@@ -980,7 +965,7 @@ class ZeroSumLinearization:
                         dst.append(view)
                         src.append(t)
             if dst:
-                torch._foreach_copy_(dst, src)
+                tc.foreach_copy_(dst, src)
         return out
 
     def _split(self, v: Vec | list[Tensor]) -> list[Tensor]:
@@ -991,7 +976,7 @@ class ZeroSumLinearization:
         out: list[Tensor] = []
         for g, (ins, flat) in enumerate(zip(self.inputs, v)):
             if self._packed[g]:
-                out += torch._C._nn.unflatten_dense_tensors(flat, ins)
+                out += tc.unflatten_dense(flat, ins)
             else:
                 out += [view for _, view in self.layout.param_views(g, flat)]
         return out

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import _torch_compat as tc
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -112,7 +114,7 @@ class FlatParameter(Tensor):
     plain tensors too.
     """
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = tc.disabled_torch_function_impl
 
     @property  # type: ignore[override]
     def grad(self) -> Tensor:
@@ -178,7 +180,7 @@ def _mark_stale(handle: Tensor, why: str) -> None:
 
 def _swappable(t: Tensor) -> bool:
     """``swap_tensors`` accepts ``t``: no other C++ reference (an autograd graph) and no weakref."""
-    return t._use_count() == 1 and not weakref.getweakrefs(t)
+    return tc.use_count(t) == 1 and not weakref.getweakrefs(t)
 
 
 def _buffer_of(handle: Tensor) -> FlatBuffer:
@@ -213,7 +215,7 @@ def _relink_hook_fn(ref: weakref.ref, i: int) -> Callable[[Tensor], None]:
 
 def _drop_relink_hooks(p: Tensor) -> None:
     """Remove gameopt's relinking hooks (of any buffer, past or present) from ``p``."""
-    hooks = p._post_accumulate_grad_hooks
+    hooks = tc.post_accumulate_grad_hooks(p)
     if hooks:
         for key in [k for k, fn in hooks.items() if getattr(fn, "_gameopt_relink", False)]:
             del hooks[key]
@@ -230,10 +232,7 @@ def rebind(p: Tensor, value: Tensor) -> None:
         raise RuntimeError(f"gameopt cannot fuse a parameter: {err}") from err
     # swap_tensors leaves the C++ side of tensor hooks on the old storage:
     # re-assigning the hook dicts registers them on the new one.
-    for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
-        hooks = getattr(p, attr)
-        if hooks is not None:
-            setattr(p, attr, hooks)
+    tc.rehome_hooks(p)
 
 
 def release(p: Tensor) -> None:
@@ -329,7 +328,7 @@ class FlatBuffer:
         # A parameter referenced by a live autograd graph (its AccumulateGrad node) cannot
         # move: swap_tensors would only poison that node and fail at the next backward.
         # Check them all before swapping any, so a refusal leaves everything untouched.
-        if any(p._use_count() > 1 for p in self.params):
+        if any(tc.use_count(p) > 1 for p in self.params):
             raise RuntimeError(
                 "gameopt cannot fuse a parameter while an autograd graph still uses it "
                 "(drop the outputs and losses of earlier forward passes first, or fuse before the forward pass)"
@@ -344,12 +343,12 @@ class FlatBuffer:
         for p in self.params:
             _drop_relink_hooks(p)  # of this buffer's earlier home, or of the buffer it re-fuses
         for rnn in self._rnns:
-            rnn._flat_weight_refs = []
+            tc.rnn_flat_weights_cleared(rnn)
         for p, view, gview in zip(self.params, data_views, grad_views):
             rebind(p, view)
             p.grad = gview
         for rnn in self._rnns:
-            rnn._init_flat_weights()
+            tc.rnn_flat_weights_init(rnn)
         self.grad = grad
         self._grad_views = grad_views
         self._ptrs = [p.data_ptr() for p in self.params]

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from . import _torch_compat as tc
+
 
 class DataParallel:
     """Averaging of joint vectors over a process group (gloo on CPU, NCCL on GPUs)."""
@@ -47,7 +49,7 @@ class DataParallel:
         for group in groups.values():
             flat = torch.cat([t.reshape(-1) for t in group])
             self.broadcast_([flat])
-            torch._foreach_copy_(group, [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in group]), group)])
+            tc.foreach_copy_(group, [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in group]), group)])
 
     def check_replicas(self, vec: Sequence[Tensor]) -> None:
         """Raise if the ranks' copies differ (one small all_reduce)."""

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import _torch_compat as tc
 from . import autodiff, debug
 from .algorithms.base import Algorithm, check_number
 from .buffer import links_intact
@@ -363,8 +364,9 @@ class Game:
         the modules' ``state_dict``), which a data-parallel game keeps equal on every rank."""
         seen: dict[int, Tensor] = {}
         for m in self._submodules:
+            keep = tc.persistent_buffer_names(m) if persistent else None
             for name, b in m._buffers.items():
-                if b is not None and not (persistent and name in m._non_persistent_buffers_set):
+                if b is not None and (keep is None or name in keep):
                     seen.setdefault(id(b), b)
         return list(seen.values())
 
@@ -482,11 +484,11 @@ class Game:
             return
         data = self.layout.data
         self._backup = self.layout.empty()  # the current point, only while away from it
-        torch._foreach_copy_(self._backup, data)
+        tc.foreach_copy_(self._backup, data)
         try:
             with torch.no_grad():
                 if at is not None:
-                    torch._foreach_copy_(data, at)
+                    tc.foreach_copy_(data, at)
                 else:
                     self.layout.add_scaled_(data, *along)  # type: ignore[misc]
                     d, factors = along  # type: ignore[misc]
@@ -504,7 +506,7 @@ class Game:
                 raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
             yield
         finally:
-            torch._foreach_copy_(data, self._backup)
+            tc.foreach_copy_(data, self._backup)
             self._backup = None  # not held through the rest of the step (its peak)
 
     # -------------------------------------------------------- feasible sets
@@ -756,7 +758,7 @@ class Game:
         self.algorithm.load_state_dict(state_dict["algorithm"])
         with torch.no_grad():
             for mine, saved in zip(self._players_state(), state_dict["players"]):
-                torch._foreach_copy_(mine["params"], saved["params"])
+                tc.foreach_copy_(mine["params"], saved["params"])
                 for name, t in mine["buffers"].items():
                     t.copy_(saved["buffers"][name])
         self.skipped_steps = int(state_dict["skipped_steps"])
@@ -773,11 +775,11 @@ _BUFFERS = operator.attrgetter("buffers")
 
 def _uncompiled(module: nn.Module) -> nn.Module:
     """The module a ``torch.compile`` wrapper holds (names as in eager mode), or ``module``."""
-    return getattr(module, "_orig_mod", module) if _is_compiled(module) else module
+    return tc.compiled_original(module)
 
 
 def _is_compiled(module: nn.Module) -> bool:
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+    return tc.compiled_original(module) is not module
 
 
 def _module_buffers(player: Player) -> dict[str, Tensor]:
@@ -786,8 +788,9 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
         return {}
     out = {}
     for prefix, sub in _uncompiled(player.module).named_modules():
+        keep = tc.persistent_buffer_names(sub)
         for name, b in sub._buffers.items():
-            if b is not None and name not in sub._non_persistent_buffers_set:
+            if b is not None and name in keep:
                 out[f"{prefix}.{name}" if prefix else name] = b
     return out
 

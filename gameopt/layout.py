@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import _torch_compat as tc
 from . import debug
 from .buffer import FlatBuffer, Segment, segment_view
 from .player import Player
@@ -128,7 +129,7 @@ class JointLayout:
             else:
                 if o is not t:
                     o.copy_(t)
-                torch._foreach_mul_([o[e.start : e.stop] for e in self._group_entries[g]], fs)
+                tc.foreach_mul_([o[e.start : e.stop] for e in self._group_entries[g]], fs)
         return out
 
     def add_scaled_(self, out: Vec, vec: Vec, factors: Sequence[float]) -> Vec:

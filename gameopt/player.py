@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from . import _torch_compat as tc
 from .buffer import FlatBuffer, FlatParameter, _mark_stale, release
 from .constraints import Constraint, as_constraint
 
@@ -86,7 +87,7 @@ class Player:
         if isinstance(module, nn.Module):
             self.module: nn.Module | None = module
             # a torch.compile wrapper keeps the name of the module it compiled
-            default_name = type(getattr(module, "_orig_mod", module)).__name__
+            default_name = type(tc.compiled_original(module)).__name__
         else:
             self.module = None
             # a single tensor is one parameter (not an iterable of its rows)

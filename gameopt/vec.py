@@ -21,6 +21,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from . import _torch_compat as tc
+
 
 class Vec(list):  # type: ignore[type-arg]
     """A joint vector: one flat tensor per (device, dtype) group (see the module).
@@ -75,17 +77,17 @@ class Vec(list):  # type: ignore[type-arg]
         return self._binary(other, "div")
 
     def __neg__(self) -> Vec:
-        return Vec(torch._foreach_neg(self))
+        return Vec(tc.foreach_neg(self))
 
     def add(self, other: Vec, alpha: float = 1.0) -> Vec:
         """``self + alpha * other`` in one fused op per group (one rounding)."""
-        return Vec(torch._foreach_add(self, other, alpha=alpha))
+        return Vec(tc.foreach_add(self, other, alpha=alpha))
 
     def sqrt(self) -> Vec:
-        return Vec(torch._foreach_sqrt(self))
+        return Vec(tc.foreach_sqrt(self))
 
     def reciprocal(self) -> Vec:
-        return Vec(torch._foreach_reciprocal(self))
+        return Vec(tc.foreach_reciprocal(self))
 
     def clone(self) -> Vec:
         return Vec(t.clone() for t in self)
@@ -108,20 +110,20 @@ class Vec(list):  # type: ignore[type-arg]
 
     def add_(self, other: Vec, alpha: float = 1.0) -> Vec:
         """In place: ``self += alpha * other`` (one rounding per element)."""
-        torch._foreach_add_(self, other, alpha=alpha)
+        tc.foreach_add_(self, other, alpha=alpha)
         return self
 
     def addcmul_(self, a: Vec, b: Vec, value: float = 1.0) -> Vec:
         """In place: ``self += value * a * b``."""
-        torch._foreach_addcmul_(self, a, b, value=value)
+        tc.foreach_addcmul_(self, a, b, value=value)
         return self
 
     def copy_(self, other: Iterable[Tensor]) -> Vec:
-        torch._foreach_copy_(self, list(other))
+        tc.foreach_copy_(self, list(other))
         return self
 
     def zero_(self) -> Vec:
-        torch._foreach_zero_(self)
+        tc.foreach_zero_(self)
         return self
 
     # -------------------------------------------------------------- reductions

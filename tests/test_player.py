@@ -836,7 +836,7 @@ def test_torch_optim_steps_match_an_unfused_module(opt_name: str, mode: str) -> 
 
 # ------------------------------------------------------------- 16. torch.compile
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler")
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # importing inductor touches deprecated torch.jit APIs
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # torch: inductor imports deprecated torch.jit APIs
 def test_torch_compile_trains_through_the_buffer() -> None:
     import torch._dynamo
 

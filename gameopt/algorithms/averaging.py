@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from .. import _torch_compat as tc
 from .base import Algorithm, State, Wrapper, check_number
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class Averaging(Wrapper):
         n = count - self.start
         a = 1.0 if n <= 0 else 1.0 / n if self.kind == "uniform" else 1.0 - self.decay
         avg = oracle.moved(delta)  # the new iterate, then a·w + (1 − a)·w̄ in place (exactly w for a = 1)
-        torch._foreach_lerp_(avg, state["avg"], 1.0 - a)
+        tc.foreach_lerp_(avg, state["avg"], 1.0 - a)
         oracle.project_nonconvex_(avg)
         return delta, {"base": base_state, "avg": avg, "count": count}
 
@@ -99,11 +100,11 @@ class Averaging(Wrapper):
             try:
                 with torch.no_grad():
                     for i in which:
-                        torch._foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
+                        tc.foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
                 yield
             finally:
                 with torch.no_grad():
-                    torch._foreach_copy_(layout.data, saved)
+                    tc.foreach_copy_(layout.data, saved)
 
     def _bound(self) -> tuple[GameView, Vec]:
         if self.game is None:

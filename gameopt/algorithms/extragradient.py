@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import _torch_compat as tc
 from ..updates import UpdateRule, apply
 from .base import Algorithm, State, check_per_player
 
@@ -102,7 +103,7 @@ class Optimistic(Algorithm):
         out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
         if out is xi:  # the gradient buffer: the next step's previous direction is a copy
             out = oracle.empty()
-            torch._foreach_copy_(out, xi)
+            tc.foreach_copy_(out, xi)
         prev = state["prev"] if state["t"] > 0 else out
         delta = xi  # read by now: the gradient buffer takes the step
         for d, p, o in zip(delta, prev, out):

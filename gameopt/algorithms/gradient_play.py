@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import _torch_compat as tc
 from ..updates import UpdateRule
 from ..vec import Vec
 from .base import Algorithm, State
@@ -92,7 +93,7 @@ def _clone_vecs(state: State) -> State:
 def _merge(full: State, part: State, views) -> State:  # type: ignore[no-untyped-def]
     for k, v in part.items():
         if isinstance(v, list):
-            torch._foreach_copy_(views(full[k]), v)
+            tc.foreach_copy_(views(full[k]), v)
         else:
             full[k] = v
     return full

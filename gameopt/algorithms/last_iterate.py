@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
-
+from .. import _torch_compat as tc
 from ..updates import UpdateRule, apply
 from .base import Algorithm, State
 
@@ -49,7 +48,7 @@ class PastExtragradient(Algorithm):
         out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
         if out is xi:  # the gradient buffer: the state keeps a copy
             out = oracle.empty()
-            torch._foreach_copy_(out, xi)
+            tc.foreach_copy_(out, xi)
         return oracle.layout.scale_(out, factors, out=xi), {"rule": rule_state, "prev": out}
 
 
@@ -82,7 +81,7 @@ class AnchoredExtragradient(Algorithm):
         anchor = state["anchor"] if k > 0 else oracle.empty().copy_(w)
         beta, factors = 1.0 / (k + 2), [-lr for lr in self.lrs]
         anchored = oracle.empty().copy_(w)
-        torch._foreach_lerp_(anchored, anchor, beta)  # z_k + β_k (z_0 − z_k)
+        tc.foreach_lerp_(anchored, anchor, beta)  # z_k + β_k (z_0 − z_k)
         half = oracle.moved(oracle.layout.scale_(oracle.xi(), factors), at=anchored)
         target = oracle.moved(oracle.layout.scale_(oracle.xi(at=half), factors), at=anchored)
         return oracle.delta_to(target), {"anchor": anchor, "k": k + 1}

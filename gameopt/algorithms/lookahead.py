@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
+from .. import _torch_compat as tc
 from .base import Algorithm, State, Wrapper, check_number
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ class Lookahead(Wrapper):
         slow = state["slow"]
         if count % self.k == 0:
             diff = oracle.moved(delta)  # the fast weights, then (in place) fast − slow
-            torch._foreach_sub_(diff, slow)
+            tc.foreach_sub_(diff, slow)
             slow = slow.add(diff, alpha=self.alpha)
             # an average of feasible points is feasible in a convex set; project where not
             oracle.project_nonconvex_(slow)

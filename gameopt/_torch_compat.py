@@ -1,0 +1,217 @@
+"""Every use of PyTorch's private API in gameopt, behind one gate.
+
+The rest of the package reaches torch's private names only through this module (a
+test scans the package's code for any other use). Each entry says what it is for,
+which torch versions it was checked on (2.4.1, the oldest supported; 2.13.0; 2.14.1,
+the newest that installs on the project's machines), and its public fallback where
+one exists. With the environment variable ``GAMEOPT_TORCH_PUBLIC=1`` every entry
+that has a fallback takes it (read once, at import): the test suite runs a part of
+itself that way on the default torch, so the fallbacks never rot.
+
+Left out on purpose: ``nn.Module._parameters``, ``_buffers`` and ``_modules``, the
+module's own registries, which gameopt reads and (for Jacobian products)
+substitutes into exactly as ``torch.func.functional_call`` does; they have been the
+same dicts since torch 1.0, and every torch version above runs the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.autograd import forward_ad
+
+__all__ = [
+    "PUBLIC_ONLY",
+    "TORCH_VERSION",
+    "compiled_original",
+    "disabled_torch_function_impl",
+    "engine_run_backward",
+    "flatten_dense",
+    "make_dual",
+    "mkldnn_disabled",
+    "persistent_buffer_names",
+    "post_accumulate_grad_hooks",
+    "rehome_hooks",
+    "rnn_flat_weights_cleared",
+    "rnn_flat_weights_init",
+    "unflatten_dense",
+    "use_count",
+]
+
+#: (major, minor) of the running torch.
+TORCH_VERSION: tuple[int, int] = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())  # type: ignore[union-attr, assignment]
+
+#: Take the public fallback wherever one exists (``GAMEOPT_TORCH_PUBLIC=1``).
+PUBLIC_ONLY: bool = os.environ.get("GAMEOPT_TORCH_PUBLIC", "") == "1"
+
+
+# ----------------------------------------------------------------- foreach kernels
+# torch._foreach_*: torch.optim's multi-tensor kernels (one dispatch per op over a
+# list of tensors). Checked on 2.4.1, 2.13.0, 2.14.1. Fallback: a Python loop over
+# the tensors with the same in-place or out-of-place method.
+def _looped(method: str) -> Callable[..., Any]:
+    def apply(tensors: Sequence[Tensor], *others: Any, **kwargs: Any) -> list[Tensor]:
+        per = [o if isinstance(o, (list, tuple)) else [o] * len(tensors) for o in others]
+        return [getattr(t, method)(*args, **kwargs) for t, *args in zip(tensors, *per)]
+
+    return apply
+
+
+_FOREACH = (
+    "add",
+    "add_",
+    "addcmul_",
+    "copy_",
+    "div_",
+    "lerp_",
+    "mul_",
+    "neg",
+    "reciprocal",
+    "sqrt",
+    "sub_",
+    "zero_",
+)
+for _name in _FOREACH:
+    _kernel = getattr(torch, f"_foreach_{_name}", None)
+    globals()[f"foreach_{_name}"] = _kernel if _kernel is not None and not PUBLIC_ONLY else _looped(_name)
+    __all__.append(f"foreach_{_name}")
+del _name, _kernel
+
+
+# --------------------------------------------------------------- autograd's engine
+# torch.autograd.graph._engine_run_backward: what torch.autograd.grad calls after its
+# Python-side check of every (output, grad_output) pair (about 5 µs a tensor).
+# Present from torch 2.3; checked on 2.4.1, 2.13.0, 2.14.1. Fallback (None here):
+# the caller takes torch.autograd.grad.
+engine_run_backward: Callable[..., tuple[Tensor | None, ...]] | None
+try:
+    from torch.autograd.graph import _engine_run_backward as engine_run_backward
+except ImportError:  # pragma: no cover - torch < 2.3
+    engine_run_backward = None
+if PUBLIC_ONLY:
+    engine_run_backward = None
+
+
+# ----------------------------------------------------------- flat packing of tensors
+# torch._C._nn.flatten_dense_tensors / unflatten_dense_tensors: one cat of the
+# flattened tensors, and views of a flat tensor shaped like a list (what DDP's
+# bucketing uses). Checked on 2.4.1, 2.13.0, 2.14.1. Fallback: torch.cat and split.
+def _flatten(tensors: Sequence[Tensor]) -> Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) != 1 else tensors[0].reshape(-1)
+
+
+def _unflatten(flat: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
+    return [t.view_as(x) for t, x in zip(flat.split([x.numel() for x in like]), like)]
+
+
+_C_nn = getattr(torch._C, "_nn", None)
+if _C_nn is not None and hasattr(_C_nn, "flatten_dense_tensors") and not PUBLIC_ONLY:
+    flatten_dense: Callable[[Sequence[Tensor]], Tensor] = _C_nn.flatten_dense_tensors
+    unflatten_dense: Callable[[Tensor, Sequence[Tensor]], Sequence[Tensor]] = _C_nn.unflatten_dense_tensors
+else:  # pragma: no cover - exercised with GAMEOPT_TORCH_PUBLIC=1
+    flatten_dense, unflatten_dense = _flatten, _unflatten
+
+
+# ------------------------------------------------------------------ tensor internals
+def use_count(t: Tensor) -> int:
+    """How many C++ references hold ``t``'s TensorImpl (an autograd graph's
+    AccumulateGrad node is one): ``Tensor._use_count``, what
+    ``torch.utils.swap_tensors`` itself checks. Checked on 2.4.1, 2.13.0, 2.14.1; no
+    public equivalent."""
+    return t._use_count()
+
+
+def post_accumulate_grad_hooks(p: Tensor) -> dict[int, Callable[..., Any]] | None:
+    """The hooks ``register_post_accumulate_grad_hook`` put on ``p`` (its
+    ``_post_accumulate_grad_hooks`` dict, keyed like the handles), or None. Checked on
+    2.4.1, 2.13.0, 2.14.1; no public way to list a tensor's hooks."""
+    return p._post_accumulate_grad_hooks
+
+
+def rehome_hooks(p: Tensor) -> None:
+    """After ``torch.utils.swap_tensors(p, new)``, register ``p``'s tensor hooks on its
+    new storage: ``swap_tensors`` leaves the C++ side of the hooks behind, and
+    re-assigning the ``_backward_hooks``/``_post_accumulate_grad_hooks`` dicts
+    registers them again. Checked on 2.4.1, 2.13.0, 2.14.1; no public equivalent."""
+    for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+        hooks = getattr(p, attr)
+        if hooks is not None:
+            setattr(p, attr, hooks)
+
+
+#: ``__torch_function__ = disabled_torch_function_impl`` makes a Tensor subclass's
+#: operations return plain tensors: ``torch._C._disabled_torch_function_impl``, the
+#: value PyTorch's "Extending torch" notes give for it. Checked on 2.4.1, 2.13.0,
+#: 2.14.1; no public equivalent.
+disabled_torch_function_impl = torch._C._disabled_torch_function_impl
+
+
+def rnn_flat_weights_cleared(rnn: nn.RNNBase) -> None:
+    """Drop an RNN's weak references to its flat weights before its parameters move
+    (``_flat_weight_refs``), so ``_init_flat_weights`` after the move finds the new
+    ones. Checked on 2.4.1, 2.13.0, 2.14.1; no public equivalent
+    (``flatten_parameters`` reads the stale references)."""
+    rnn._flat_weight_refs = []
+
+
+def rnn_flat_weights_init(rnn: nn.RNNBase) -> None:
+    """Rebuild an RNN's list of flat weights from its current parameters
+    (``_init_flat_weights``, what ``RNNBase.__setattr__`` calls). Checked on 2.4.1,
+    2.13.0, 2.14.1."""
+    rnn._init_flat_weights()
+
+
+# --------------------------------------------------------------------- module state
+def compiled_original(module: nn.Module) -> nn.Module:
+    """The module ``torch.compile`` wrapped (``OptimizedModule._orig_mod``), or
+    ``module`` itself when it is not compiled. Checked on 2.4.1, 2.13.0, 2.14.1; no
+    public accessor."""
+    if type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module):
+        return module._orig_mod
+    return module
+
+
+def persistent_buffer_names(module: nn.Module) -> set[str]:
+    """Names of ``module``'s own buffers that its ``state_dict`` saves: all but those
+    registered with ``persistent=False`` (``_non_persistent_buffers_set``, checked on
+    2.4.1, 2.13.0, 2.14.1). Fallback: the keys of the module's own
+    ``state_dict(keep_vars=True)`` that name buffers."""
+    if not PUBLIC_ONLY and hasattr(module, "_non_persistent_buffers_set"):
+        return {n for n, b in module._buffers.items() if b is not None} - module._non_persistent_buffers_set
+    own = {n for n, b in module.named_buffers(recurse=False)}
+    return {k for k in module.state_dict(keep_vars=True) if k in own}
+
+
+# ------------------------------------------------------------------ public wrappers
+@contextlib.contextmanager
+def mkldnn_disabled(disable: bool = True) -> Iterator[None]:
+    """mkldnn kernels off inside (its CPU recurrent kernels have no forward-mode AD),
+    through the public ``torch.backends.mkldnn.enabled`` flag."""
+    before = torch.backends.mkldnn.enabled
+    try:
+        if disable:
+            torch.backends.mkldnn.enabled = False
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before
+
+
+_JIT_NOTICE = r".*torch\.jit\.(script|trace)"
+
+
+def make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
+    """``torch.autograd.forward_ad.make_dual``. Its first call loads torch's jvp
+    decompositions through ``torch.jit.script``, which warns that TorchScript is
+    deprecated (a DeprecationWarning before torch 2.14, a FutureWarning from 2.14):
+    torch's own notice, about torch's own code, silenced here by message whatever
+    its category."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_JIT_NOTICE)
+        return forward_ad.make_dual(primal, tangent)
