@@ -836,7 +836,9 @@ def test_torch_optim_steps_match_an_unfused_module(opt_name: str, mode: str) -> 
 
 # ------------------------------------------------------------- 16. torch.compile
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler")
-@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # torch: inductor imports deprecated torch.jit APIs
+@pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::FutureWarning"
+)  # torch: inductor imports deprecated torch.jit APIs
 def test_torch_compile_trains_through_the_buffer() -> None:
     import torch._dynamo
 
@@ -887,6 +889,8 @@ def test_cpu_bfloat16_autocast_keeps_the_link(set_to_none: bool) -> None:
         assert torch.equal(buf.grad, _flat_grad(ref))
 
 
+# torch 2.4's own torch.utils.checkpoint calls its deprecated torch.cpu.amp.autocast
+@pytest.mark.filterwarnings("ignore:.torch.cpu.amp.autocast.args.*. is deprecated:FutureWarning")
 @pytest.mark.parametrize("set_to_none", [False, True])
 def test_activation_checkpointing_keeps_the_link(set_to_none: bool) -> None:
     m = _mlp(F64)
