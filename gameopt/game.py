@@ -655,6 +655,7 @@ class Game:
         kept = old
         buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]
         try:
+            self.algorithm.check_groups()  # lr and every scheduled value, whoever set it
             self.algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = self.algorithm.update(oracle, old)
             new_tensors = tensors_in(new_state)

@@ -188,6 +188,22 @@ class Algorithm:
         """The update rules whose settings live in the param groups."""
         return [self.rule]
 
+    def check_groups(self) -> None:
+        """Check every value of the param groups a step reads (``lr``, the schedulable
+        hyperparameters and the update rule's settings), whoever set it: a value that
+        is negative where it must not be, not finite, a string or None raises
+        ``ValueError`` naming the group and the key (``param_groups[1].lr``). The game calls this
+        at the start of each step, before anything changes."""
+        hypers = self.hypers()
+        rules = self._rules()
+        for k, group in enumerate(self.param_groups):
+            check_number(f"param_groups[{k}].lr", group.get("lr"), low=0.0)
+            for name, hyper in hypers.items():
+                hyper.check(group.get(name), f"param_groups[{k}].{name}")
+            for rule in rules:
+                for name in rule.schedulable:
+                    rule.check(name, group.get(name), f"param_groups[{k}].{name}")
+
     # ------------------------------------------------------------ interface
     def init_state(self, game: GameView) -> State:
         """The state before the first step."""
@@ -296,3 +312,7 @@ class Wrapper(Algorithm):
 
     def _rules(self) -> list[UpdateRule]:
         return self.base._rules()
+
+    def check_groups(self) -> None:
+        self.base.check_groups()
+        super().check_groups()
