@@ -6,7 +6,9 @@ import contextlib
 import functools
 import logging
 import operator
+import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -272,6 +274,7 @@ class Game:
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         self.players = [p if isinstance(p, Player) else Player(p) for p in players]
+        _unique_names(self.players)
         self._check_ownership()
         if losses is None:
             missing = [p.name for p in self.players if p.loss is None]
@@ -657,6 +660,7 @@ class Game:
         kept = old
         buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]
         try:
+            self.algorithm.check_groups()  # lr and every scheduled value, whoever set it
             self.algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = self.algorithm.update(oracle, old)
             new_tensors = tensors_in(new_state)
@@ -735,10 +739,14 @@ class Game:
         if not isinstance(players, list) or len(players) != len(self.players):
             got = f"{len(players)} players" if isinstance(players, list) else type(players).__name__
             raise ValueError(f"players: expected {len(self.players)} players, got {got}")
+        # written before players had unique names and checkpoints their identity: a player
+        # whose default name was made unique matches its old name, by position as then
+        algorithm = state_dict["algorithm"]
+        legacy = isinstance(algorithm, dict) and "identity" not in algorithm
         for k, (p, mine, saved) in enumerate(zip(self.players, self._players_state(), players)):
             if not isinstance(saved, dict):
                 raise ValueError(f"players[{k}]: expected a dict, got {type(saved).__name__}")
-            if saved.get("name") != p.name:
+            if saved.get("name") != p.name and not (legacy and saved.get("name") == _base_name(p)):
                 raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
             check_like(mine, saved, f"players[{k}]")
         self.algorithm.check_state_dict(state_dict["algorithm"])
@@ -793,6 +801,25 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
             if b is not None and name in keep:
                 out[f"{prefix}.{name}" if prefix else name] = b
     return out
+
+
+def _unique_names(players: list[Player]) -> None:
+    """Players in one game have unique names, so that a checkpoint maps players by
+    name, never by a guess: players whose default names (their module's class, or
+    ``params``) coincide are named ``<name>_<index in the game>``; two given names that
+    coincide are refused."""
+    counts = Counter(p.name for p in players)
+    given = sorted({p.name for p in players if p.name_given and counts[p.name] > 1})
+    if given:
+        raise ValueError(f"two players are named {given[0]!r}: give each player of a game its own name (name=...)")
+    for k, p in enumerate(players):
+        if counts[p.name] > 1:
+            p.name = f"{p.name}_{k}"
+
+
+def _base_name(player: Player) -> str:
+    """A player's name before :func:`_unique_names` suffixed it."""
+    return player.name if player.name_given else re.sub(r"_\d+$", "", player.name)
 
 
 def _check_algorithm(algorithm: Any) -> None:

@@ -100,6 +100,8 @@ class Player:
             raise TypeError("loss must be a callable returning a scalar tensor")
         self.loss = loss
         self.name = name if name is not None else default_name
+        #: the name was given (``name=``), not made from the module's class
+        self.name_given = name is not None
         self.align = align
         if constraint is not None and isinstance(constraint, dict):
             if self.module is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .vec import Vec
@@ -37,6 +38,19 @@ def clone_state(obj: Any) -> Any:
     return obj
 
 
+def moved_like(mine: Any, theirs: Any) -> Any:
+    """A copy of ``theirs`` (a loaded state, checked against ``mine``) with each tensor on
+    the device of the tensor of ``mine`` it replaces."""
+    if isinstance(mine, Tensor) and isinstance(theirs, Tensor):
+        return theirs.detach().to(mine.device, copy=True)
+    if isinstance(theirs, dict):
+        return {k: moved_like(mine.get(k) if isinstance(mine, dict) else None, v) for k, v in theirs.items()}
+    if isinstance(theirs, (list, tuple)):
+        mines = list(mine) if isinstance(mine, (list, tuple)) else [None] * len(theirs)
+        return type(theirs)(moved_like(a, b) for a, b in zip(mines, theirs))
+    return clone_state(theirs)
+
+
 def retyped(mine: Any, theirs: Any) -> Any:
     """``theirs`` (a loaded state, plain containers) with the joint vectors of ``mine``
     (the same structure, checked) made :class:`~gameopt.vec.Vec` again."""
@@ -55,6 +69,10 @@ def check_like(mine: Any, theirs: Any, path: str) -> None:
         if not isinstance(theirs, Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
             got = f"{tuple(theirs.shape)} {theirs.dtype}" if isinstance(theirs, Tensor) else type(theirs).__name__
             raise ValueError(f"{path}: expected a {tuple(mine.shape)} {mine.dtype} tensor, got {got}")
+        if theirs.device.type == "meta":
+            raise ValueError(f"{path}: the tensor is on the meta device (it holds no values to load)")
+        if (theirs.is_floating_point() or theirs.is_complex()) and not bool(torch.isfinite(theirs).all()):
+            raise ValueError(f"{path}: holds non-finite values")
     elif isinstance(mine, dict):
         if not isinstance(theirs, dict) or set(mine) != set(theirs):
             raise ValueError(
@@ -74,6 +92,8 @@ def check_like(mine: Any, theirs: Any, path: str) -> None:
         kinds = (int,) if isinstance(mine, int) else (int, float)
         if not isinstance(theirs, kinds) or isinstance(theirs, bool) or not math.isfinite(theirs):
             raise ValueError(f"{path}: expected a finite {type(mine).__name__}, got {theirs!r}")
+        if isinstance(mine, int) and mine >= 0 and theirs < 0:  # the states' integers are counts
+            raise ValueError(f"{path}: a count, must be >= 0, got {theirs!r}")
     elif mine is None:
         if theirs is not None and not isinstance(theirs, (Tensor, list)):
             raise ValueError(f"{path}: unexpected {theirs!r}")

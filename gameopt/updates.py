@@ -53,6 +53,29 @@ class UpdateRule:
     them) and hands the groups' values to the rule before each step."""
 
     schedulable: tuple[str, ...] = ()
+    #: state entries that hold second moments (checked non-negative when a checkpoint loads)
+    nonnegative: tuple[str, ...] = ()
+
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint records to know the run that saved it: the rule's type and
+        every setting that changes the iterates and is not scheduled (those live in
+        the param groups): Momentum's ``nesterov``, Adam's ``eps``, RMSProp's ``eps`` and
+        ``convention``."""
+        fixed = {k: v for k, v in vars(self).items() if k not in self.schedulable and not k.startswith("_")}
+        return {"type": type(self).__name__, **fixed}
+
+    def check_state(self, state: Any, path: str) -> None:
+        """Raise ``ValueError`` naming the entry if a loaded state holds impossible
+        values: a negative step count or second moment."""
+        if not isinstance(state, dict):
+            return
+        t = state.get("t")
+        if isinstance(t, int) and t < 0:
+            raise ValueError(f"{path}.t: a step count, must be >= 0, got {t}")
+        for key in self.nonnegative:
+            for k, v in enumerate(state.get(key) or ()):
+                if isinstance(v, Tensor) and bool((v < 0).any()):
+                    raise ValueError(f"{path}.{key}[{k}]: second moments must be >= 0, got {float(v.min()):g}")
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         """``value`` for the schedulable setting ``name``, checked (``ValueError`` naming ``path``)."""
@@ -190,6 +213,7 @@ class Adam(UpdateRule):
     """
 
     schedulable = ("betas",)
+    nonnegative = ("v",)
 
     def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.betas = self.check("betas", betas)
@@ -281,6 +305,7 @@ class RMSProp(UpdateRule):
 
     DEFAULTS = {"torch": (0.99, 1e-8), "tf1": (0.9, 1e-10)}  # convention → (decay, eps)
     schedulable = ("decay",)
+    nonnegative = ("v",)
 
     def __init__(self, decay: float | None = None, eps: float | None = None, convention: str = "torch") -> None:
         if convention not in self.DEFAULTS:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from games import GAMES, RefRule, bilinear, ref_trajectory, straight_and_resumed
+from games import GAMES, RefRule, assert_same_state, bilinear, ref_trajectory, straight_and_resumed
 
 import gameopt
 
@@ -362,6 +362,45 @@ def test_a_bad_scheduled_value_is_refused_naming_the_group() -> None:
     with pytest.raises(ValueError, match=r"algorithm\.param_groups\[0\]\.gamma must be"):
         fresh.load_state_dict(sd)
     assert fresh.algorithm.gamma == 0.5
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), "0.1", None], ids=repr)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gameopt.SimGD(0.05),
+        lambda: gameopt.Extragradient(0.05, update=gameopt.Adam()),
+        lambda: gameopt.Lookahead(gameopt.SimGD(0.05), k=2),
+        lambda: gameopt.Averaging(gameopt.Optimistic(0.05)),
+    ],
+    ids=["SimGD", "ExtraAdam", "Lookahead", "Averaging"],
+)
+def test_a_bad_learning_rate_set_between_steps_is_refused_and_changes_nothing(make, value) -> None:
+    """Whoever sets it (by hand or a scheduler), an lr a step reads is checked then."""
+    tg = GAMES["bilinear"]()
+    game = tg.build(make())
+    game.step()
+    before, state = tg.params(), game.state_dict()
+    game.algorithm.param_groups[1]["lr"] = value
+    with pytest.raises(ValueError, match=r"param_groups\[1\]\.lr must be a finite number in \[0, inf\)"):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
+    game.algorithm.param_groups[1]["lr"] = state["algorithm"]["param_groups"][1]["lr"]
+    assert_same_state(game.state_dict(), state)
+
+
+def test_a_scheduler_that_drives_lr_negative_is_refused_at_that_step() -> None:
+    tg = GAMES["bilinear"]()
+    game = tg.build(gameopt.SimGD(0.05))
+    sched = torch.optim.lr_scheduler.LambdaLR(game.optimizer, lambda t: 1.0 - t)  # 1, 0, -1, ...
+    game.step()
+    sched.step()
+    game.step()  # lr 0: allowed
+    sched.step()
+    before = tg.params()
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\.lr must be a finite number in \[0, inf\), got -0\.05"):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
 
 
 def test_a_checkpoint_without_the_scheduled_keys_still_loads() -> None:

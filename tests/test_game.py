@@ -615,7 +615,7 @@ def test_compiled_modules_keep_their_names_and_checkpoints_move_between_compiled
         return gameopt.Game([g, d], lambda: (-d(g(x)).mean(), d(g(x)).mean() - d(x).mean()))
 
     compiled, eager = make(True), make(False)
-    assert [p.name for p in compiled.players] == [p.name for p in eager.players] == ["Sequential", "Sequential"]
+    assert [p.name for p in compiled.players] == [p.name for p in eager.players] == ["Sequential_0", "Sequential_1"]
     compiled.step()
     eager.load_state_dict(compiled.state_dict())
     buffers = set(eager.state_dict()["players"][0]["buffers"])

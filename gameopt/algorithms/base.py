@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..checks import check_bool, check_number, check_per_player
-from ..state import check_like, clone_state, retyped, tensors_in
+from ..state import check_like, clone_state, moved_like, retyped, tensors_in
 from ..updates import Plain, State, UpdateRule, apply
 from ..vec import Vec
 
@@ -35,6 +35,49 @@ def _shared(owner: str, name: str, values: list[Any]) -> Any:
     if any(v != values[0] for v in values):
         raise ValueError(f"{owner} uses one {name} for all players, the param groups hold {values}")
     return values[0]
+
+
+def _plain(value: Any) -> Any:
+    """A setting as a checkpoint keeps it (numbers, strings, bools, None, lists)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return type(value).__name__
+
+
+def _difference(saved: Any, mine: Any, path: str) -> str:
+    """The first place where a checkpoint's identity differs from this game's ('' if none)."""
+    if isinstance(saved, dict) and isinstance(mine, dict):
+        for key in sorted(set(saved) | set(mine), key=lambda k: (k != "type", str(k))):  # the type first
+            where = f"{path}.{key}" if path else str(key)
+            if key not in saved or key not in mine:
+                return f"{where}: {saved.get(key, '(absent)')!r} in the checkpoint, {mine.get(key, '(absent)')!r} here"
+            found = _difference(saved[key], mine[key], where)
+            if found:
+                return found
+        return ""
+    if isinstance(saved, (list, tuple)) and isinstance(mine, (list, tuple)) and len(saved) == len(mine):
+        for k, (a, b) in enumerate(zip(saved, mine)):
+            found = _difference(a, b, f"{path}[{k}]")
+            if found:
+                return found
+        return ""
+    return "" if saved == mine else f"{path}: {saved!r} in the checkpoint, {mine!r} here"
+
+
+def _check_rule_states(rule: UpdateRule, state: Any, path: str) -> None:
+    """Every update-rule state (an entry ``"rule"``) in a loaded algorithm state, checked
+    for impossible values (negative counts or second moments)."""
+    if isinstance(state, dict):
+        for key, value in state.items():
+            if key == "rule":
+                rule.check_state(value, f"{path}.rule")
+            else:
+                _check_rule_states(rule, value, f"{path}.{key}")
+    elif isinstance(state, (list, tuple)):
+        for k, value in enumerate(state):
+            _check_rule_states(rule, value, f"{path}[{k}]")
 
 
 class Hyper:
@@ -188,6 +231,22 @@ class Algorithm:
         """The update rules whose settings live in the param groups."""
         return [self.rule]
 
+    def check_groups(self) -> None:
+        """Check every value of the param groups a step reads (``lr``, the schedulable
+        hyperparameters and the update rule's settings), whoever set it: a value that
+        is negative where it must not be, not finite, a string or None raises
+        ``ValueError`` naming the group and the key (``param_groups[1].lr``). The game calls this
+        at the start of each step, before anything changes."""
+        hypers = self.hypers()
+        rules = self._rules()
+        for k, group in enumerate(self.param_groups):
+            check_number(f"param_groups[{k}].lr", group.get("lr"), low=0.0)
+            for name, hyper in hypers.items():
+                hyper.check(group.get(name), f"param_groups[{k}].{name}")
+            for rule in rules:
+                for name in rule.schedulable:
+                    rule.check(name, group.get(name), f"param_groups[{k}].{name}")
+
     # ------------------------------------------------------------ interface
     def init_state(self, game: GameView) -> State:
         """The state before the first step."""
@@ -219,11 +278,26 @@ class Algorithm:
         return oracle.scale_(out, factors), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint records to know the run that saved it, beside the state:
+        the algorithm's type, its settings that are not scheduled (those live in the
+        param groups), its update rule's :meth:`~gameopt.UpdateRule.identity` and, for a
+        :class:`Wrapper`, its base's identity."""
+        hypers = self.hypers()
+        settings = {k: _plain(getattr(self, k)) for k in self._settings if k not in hypers and k != "base"}
+        return {"type": type(self).__name__, "settings": settings, "rule": self.rule.identity()}
+
     def state_dict(self) -> dict[str, Any]:
-        """A snapshot: the type's name, the param groups (without ``params``) and a copy of the state."""
+        """A snapshot: the type's name, what identifies the run (:meth:`identity`), the
+        param groups (without ``params``) and a copy of the state."""
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         # a snapshot: the live state's tensors are reused by later steps
-        return {"type": type(self).__name__, "param_groups": groups, "state": clone_state(self.state)}
+        return {
+            "type": type(self).__name__,
+            "identity": self.identity(),
+            "param_groups": groups,
+            "state": clone_state(self.state),
+        }
 
     def check_state_dict(self, state_dict: Any, path: str = "algorithm") -> None:
         """Raise ``ValueError`` (naming what is wrong) unless ``state_dict`` fits this
@@ -233,6 +307,10 @@ class Algorithm:
             raise ValueError(f"{path}: expected a dict, got {type(state_dict).__name__}")
         if state_dict.get("type") != type(self).__name__:
             raise ValueError(f"checkpoint is for {state_dict.get('type')!r}, this game runs {type(self).__name__!r}")
+        if "identity" in state_dict:  # absent in older checkpoints: their type was all they recorded
+            difference = _difference(state_dict["identity"], self.identity(), "")
+            if difference:
+                raise ValueError(f"checkpoint is from another run: {difference}")
         groups = state_dict.get("param_groups")
         if not isinstance(groups, list) or len(groups) != len(self.param_groups):
             got = len(groups) if isinstance(groups, list) else type(groups).__name__
@@ -249,6 +327,7 @@ class Algorithm:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
         check_like(self.state, state_dict.get("state"), f"{path}.state")
+        _check_rule_states(self._rules()[0], state_dict["state"], f"{path}.state")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`; a state that does not fit raises ``ValueError``
@@ -256,7 +335,8 @@ class Algorithm:
         self.check_state_dict(state_dict)
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
-        self.state = retyped(self.state, clone_state(state_dict["state"]))
+        # each tensor to the device of the one it replaces, as torch.optim does
+        self.state = retyped(self.state, moved_like(self.state, state_dict["state"]))
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
@@ -296,3 +376,10 @@ class Wrapper(Algorithm):
 
     def _rules(self) -> list[UpdateRule]:
         return self.base._rules()
+
+    def check_groups(self) -> None:
+        self.base.check_groups()
+        super().check_groups()
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "base": self.base.identity()}
