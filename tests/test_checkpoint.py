@@ -218,3 +218,17 @@ def test_an_earlier_checkpoint_still_refuses_players_in_another_order():
     game.players[0].name = "generator"
     with pytest.raises(ValueError, match=re.escape("checkpoint player 'Sequential' does not match player 'generator'")):
         game.load_state_dict(data["checkpoint"])
+
+
+# ------------------------------------------------------------------ the docs' recipe
+def test_the_docs_whole_resume_recipe_runs_and_resumes_bit_for_bit():
+    """docs/checkpoints.md's code block (game, scheduler, RNG and data order) as a user
+    pastes it: it asserts that the resumed run equals the straight one."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "checkpoints.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1
+    state = torch.get_rng_state()
+    try:
+        exec(compile(blocks[0], "docs/checkpoints.md", "exec"), {"__name__": "recipe"})
+    finally:
+        torch.set_rng_state(state)
