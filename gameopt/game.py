@@ -924,10 +924,35 @@ def _carry(old: Any, fresh: Any, layout: JointLayout) -> Any:
     if isinstance(old, _PerParam):
         return _fill(layout, old, fresh)
     if isinstance(old, dict):
+        if "t" in old and isinstance(old.get("m"), _PerParam):  # a rule's state with a step count
+            return {
+                **{k: _carry(v, fresh[k], layout) for k, v in old.items() if k != "t"},
+                "t": _counts(old, fresh, layout),
+            }
         return {k: _carry(v, fresh[k], layout) for k, v in old.items()}
     if isinstance(old, (list, tuple)):
         return type(old)(_carry(v, f, layout) for v, f in zip(old, fresh))
     return old
+
+
+def _counts(old: dict[str, Any], fresh: dict[str, Any], layout: JointLayout) -> int | Vec:
+    """An update rule's step count after a re-layout: a parameter that joined since (or
+    whose shape changed) starts from 0, as under torch.optim, so that its bias
+    correction is its own. One number while all parameters share it; else one per
+    element, a joint vector like the moments."""
+    t = old["t"]
+    if isinstance(t, int):
+        moments = old["m"]
+        carried = all(
+            id(p) in moments and moments[id(p)][0] is p and moments[id(p)][1].shape == p.shape
+            for e in layout.entries
+            for p in e.buffer.params
+        )
+        if t == 0 or carried:
+            return t
+        t = _PerParam({k: (p, torch.full_like(values, t)) for k, (p, values) in old["m"].items()})
+    zeros = Vec(torch.zeros_like(x) for x in fresh["m"])
+    return _fill(layout, t, zeros)
 
 
 def _fill(layout: JointLayout, per_param: _PerParam, vec: Vec) -> Vec:

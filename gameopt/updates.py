@@ -40,6 +40,16 @@ State = dict[str, Any]
 Empty = Callable[[], list[Tensor]]
 
 
+def _next_count(t: int | list[Tensor]) -> int | Vec:
+    """A step count after one more step: one number for all elements, or (once
+    parameters joined at different steps) one per element, a joint vector."""
+    return t + 1 if isinstance(t, int) else Vec(c + 1 for c in t)
+
+
+def _count_of(t: int | list[Tensor], g: int) -> int | Tensor:
+    return t if isinstance(t, int) else t[g]
+
+
 def _empty_like(d: list[Tensor]) -> Empty:
     return lambda: Vec(torch.empty_like(t) for t in d)
 
@@ -72,6 +82,9 @@ class UpdateRule:
         t = state.get("t")
         if isinstance(t, int) and t < 0:
             raise ValueError(f"{path}.t: a step count, must be >= 0, got {t}")
+        for k, c in enumerate(t if isinstance(t, (list, tuple)) else ()):  # one count per element
+            if isinstance(c, Tensor) and bool((c < 0).any()):
+                raise ValueError(f"{path}.t[{k}]: step counts, must be >= 0, got {float(c.min()):g}")
         for key in self.nonnegative:
             for k, v in enumerate(state.get(key) or ()):
                 if isinstance(v, Tensor) and bool((v < 0).any()):
@@ -231,13 +244,13 @@ class Adam(UpdateRule):
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
     ) -> tuple[list[Tensor], State]:
-        t = state["t"] + 1
+        t = _next_count(state["t"])
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
         out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
-        for x, m0, v0, m1, v1, o in zip(d, state["m"], state["v"], m, v, out):
+        for g, (x, m0, v0, m1, v1, o) in enumerate(zip(d, state["m"], state["v"], m, v, out)):
             self._moments(x, m0, v0, m1, v1)
-            self._direction(m1, v1, t, den=o, out=o)
+            self._direction(m1, v1, _count_of(t, g), den=o, out=o)
         return out, {"m": m, "v": v, "t": t}
 
     # The one place each formula is written, so that moments recomputed by
@@ -249,11 +262,15 @@ class Adam(UpdateRule):
         torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
         torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
 
-    def _direction(self, m1: Tensor, v1: Tensor, t: int, den: Tensor, out: Tensor) -> None:
-        """out = √(1 − β₂ᵗ) / (1 − β₁ᵗ) · m₁ / (√v₁ + ε), the denominator in ``den``."""
+    def _direction(self, m1: Tensor, v1: Tensor, t: int | Tensor, den: Tensor, out: Tensor) -> None:
+        """out = √(1 − β₂ᵗ) / (1 − β₁ᵗ) · m₁ / (√v₁ + ε), the denominator in ``den``; ``t``
+        one count for all, or one per element (parameters that joined later)."""
         b1, b2 = self.betas
         torch.sqrt(v1, out=den).add_(self.eps)
-        torch.div(m1, den, out=out).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
+        if isinstance(t, Tensor):
+            torch.div(m1, den, out=out).mul_(torch.sqrt(1 - b2**t) / (1 - b1**t))
+        else:
+            torch.div(m1, den, out=out).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
 
     def extrapolate(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
         """:meth:`apply` with ``scratch``; from ``_RECOMPUTE_FROM`` elements on, its new
@@ -263,13 +280,13 @@ class Adam(UpdateRule):
         is computed, one group at a time."""
         if type(self).apply is not Adam.apply or sum(t.numel() for t in d) < _RECOMPUTE_FROM:
             return super().extrapolate(d, state, empty)  # a subclass's own rule, or small vectors
-        t = state["t"] + 1
+        t = _next_count(state["t"])
         kept = (empty or _empty_like(d))()
-        for x, g, m0, v0 in zip(d, kept, state["m"], state["v"]):
+        for k, (x, g, m0, v0) in enumerate(zip(d, kept, state["m"], state["v"])):
             g.copy_(x)
             o = torch.empty_like(x)  # v1, then the denominator
             self._moments(g, m0, v0, x, o)  # m1 into d (read into g first)
-            self._direction(x, o, t, den=o, out=x)
+            self._direction(x, o, _count_of(t, k), den=o, out=x)
         return d, {"d": kept}
 
     def resume(self, memo: Any, state: State, empty: Empty | None = None) -> State:
@@ -279,7 +296,7 @@ class Adam(UpdateRule):
         m, v = empty(), empty()
         for x, m0, v0, m1, v1 in zip(memo["d"], state["m"], state["v"], m, v):
             self._moments(x, m0, v0, m1, v1)
-        return {"m": m, "v": v, "t": state["t"] + 1}
+        return {"m": m, "v": v, "t": _next_count(state["t"])}
 
 
 class RMSProp(UpdateRule):

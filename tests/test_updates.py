@@ -363,3 +363,78 @@ def test_extrapolate_then_resume_give_apply_s_bits_and_leave_the_state(monkeypat
             assert all(torch.equal(a, b) for a, b in zip(bits(state[k]), bits(v)))
         else:
             assert state[k] == v
+
+
+# ------------------------------------------------------------------ step counts per parameter
+class _Growing(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64))
+
+    def loss(self) -> torch.Tensor:
+        out = ((self.w1 - 0.3) ** 2).sum()
+        if hasattr(self, "w2"):
+            out = out + ((self.w2 + 0.7) ** 4).sum() + (self.w1.sum() * self.w2.sum())
+        return out
+
+
+def _growing_game(make_rule):
+    a, b = _Growing(), _Growing()
+    game = gameopt.Game(
+        [gameopt.Player(a, name="a"), gameopt.Player(b, name="b")],
+        lambda: (a.loss(), b.loss()),
+        algorithm=gameopt.SimGD(0.01, update=make_rule()),
+    )
+    return game, a, b
+
+
+@pytest.mark.parametrize("how", ["added", "unfrozen"])
+def test_adam_counts_steps_per_parameter_like_torch_optim(how):
+    """A parameter that joins at step 20 starts with its own bias correction, as with a
+    fresh torch.optim.Adam on it, and the others keep theirs."""
+    # eps = 0: torch adds ε to the bias-corrected root, gameopt to the raw one (Kingma & Ba's efficient form)
+    game, a, b = _growing_game(lambda: gameopt.Adam((0.9, 0.999), eps=0.0))
+    ref = _Growing()
+    if how == "unfrozen":
+        for m in (a, b, ref):
+            m.w2 = torch.nn.Parameter(torch.tensor([2.0, 0.1], dtype=torch.float64), requires_grad=False)
+    opt1 = torch.optim.Adam([ref.w1], lr=0.01, betas=(0.9, 0.999), eps=0.0)
+    for step in range(30):
+        if step == 20:
+            for m in (a, b, ref):
+                if how == "added":
+                    m.w2 = torch.nn.Parameter(torch.tensor([2.0, 0.1], dtype=torch.float64))
+                else:
+                    m.w2.requires_grad_(True)
+            opt2 = torch.optim.Adam([ref.w2], lr=0.01, betas=(0.9, 0.999), eps=0.0)
+        game.step()
+        opts = [opt1] if step < 20 else [opt1, opt2]
+        for o in opts:
+            o.zero_grad()
+        ref.loss().backward()
+        for o in opts:
+            o.step()
+    torch.testing.assert_close(a.w1.detach(), ref.w1.detach(), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(a.w2.detach(), ref.w2.detach(), rtol=1e-10, atol=1e-12)
+
+
+def test_per_parameter_counts_survive_a_checkpoint_into_a_game_built_with_every_parameter():
+    game, a, b = _growing_game(gameopt.Adam)
+    for step in range(8):
+        if step == 4:
+            for m in (a, b):
+                m.w2 = torch.nn.Parameter(torch.tensor([2.0, 0.1], dtype=torch.float64))
+        game.step()
+    sd = game.state_dict()
+    assert isinstance(sd["algorithm"]["state"]["rule"]["t"], list)  # one count per element
+    other, c, d = _growing_game(gameopt.Adam)
+    for m in (c, d):
+        m.w2 = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    other.load_state_dict(sd)
+    for _ in range(3):
+        game.step()
+        other.step()
+    assert torch.equal(a.w2.detach(), c.w2.detach()) and torch.equal(b.w1.detach(), d.w1.detach())
+    sd["algorithm"]["state"]["rule"]["t"][0][0] = -1.0
+    with pytest.raises(ValueError, match=r"rule\.t\[0\]: step counts, must be >= 0"):
+        other.load_state_dict(sd)

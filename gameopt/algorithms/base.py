@@ -66,6 +66,21 @@ def _difference(saved: Any, mine: Any, path: str) -> str:
     return "" if saved == mine else f"{path}: {saved!r} in the checkpoint, {mine!r} here"
 
 
+def _counts_like(mine: Any, theirs: Any) -> Any:
+    """``mine`` (a live state) with each update rule's step count shaped as ``theirs``
+    (a loaded state) holds it: one number for all parameters, or one per element, a
+    joint vector like the moments (see :meth:`gameopt.Adam.apply`). Either fits."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        out = {k: _counts_like(v, theirs.get(k)) for k, v in mine.items()}
+        if "t" in mine and "m" in mine:
+            if isinstance(mine["t"], int) and isinstance(theirs.get("t"), (list, tuple)):
+                out["t"] = mine["m"]
+            elif not isinstance(mine["t"], int) and isinstance(theirs.get("t"), int):
+                out["t"] = 0
+        return out
+    return mine
+
+
 def _check_rule_states(rule: UpdateRule, state: Any, path: str) -> None:
     """Every update-rule state (an entry ``"rule"``) in a loaded algorithm state, checked
     for impossible values (negative counts or second moments)."""
@@ -326,7 +341,7 @@ class Algorithm:
                 for name in rule.schedulable:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
-        check_like(self.state, state_dict.get("state"), f"{path}.state")
+        check_like(_counts_like(self.state, state_dict.get("state")), state_dict.get("state"), f"{path}.state")
         _check_rule_states(self._rules()[0], state_dict["state"], f"{path}.state")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -336,7 +351,8 @@ class Algorithm:
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
         # each tensor to the device of the one it replaces, as torch.optim does
-        self.state = retyped(self.state, moved_like(self.state, state_dict["state"]))
+        mine = _counts_like(self.state, state_dict["state"])
+        self.state = retyped(mine, moved_like(mine, state_dict["state"]))
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
