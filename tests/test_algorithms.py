@@ -471,3 +471,29 @@ def test_one_cycle_lr_cycles_adams_beta1(wrap) -> None:
         seen.append(algo.rule.betas[0])
     assert seen[0] == 0.95 and min(seen[1:]) < 0.95  # the rule took the scheduled values
     assert all(g["betas"][1] == 0.99 for g in game.algorithm.param_groups)
+
+
+@pytest.mark.parametrize("order", [(2, 0, 1), (1, 2, 0), None])
+def test_altgd_moves_the_players_in_the_given_order(order) -> None:
+    """Closed form on the non-quadratic 3-player game: each player steps on ξ_i at the
+    point left by the players before it in ``order``."""
+    tg = GAMES["nonquadratic"]()
+    game = tg.build(gameopt.AltGD([0.1, 0.2, 0.15], order=order))
+    ws = [w.clone() for w in tg.init]
+    lrs = [0.1, 0.2, 0.15]
+    for _ in range(5):
+        game.step()
+        for i in order or range(3):
+            ws[i] = ws[i] - lrs[i] * tg.xi_ref(ws)[i]
+        for a, b in zip(tg.params(), ws):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_altgd_refuses_an_order_that_is_not_a_permutation_of_the_players() -> None:
+    tg = GAMES["nonquadratic"]()
+    with pytest.raises(ValueError, match=r"permutation of the players' indices 0\.\.2, got \(0, 0, 1\)"):
+        tg.build(gameopt.AltGD(0.1, order=(0, 0, 1)))
+    with pytest.raises(ValueError, match="permutation"):
+        tg.build(gameopt.AltGD(0.1, order=(0, 1)))
+    with pytest.raises(TypeError, match="player indices"):
+        gameopt.AltGD(0.1, order=[0, 1.0, 2])

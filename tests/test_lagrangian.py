@@ -70,7 +70,7 @@ def _cooper_problem(model, x, y, penalty: float):
 
 
 @pytest.mark.parametrize("penalty", [0.0, 2.0], ids=["lagrangian", "augmented"])
-@pytest.mark.parametrize("method", ["gda", "extragradient"])
+@pytest.mark.parametrize("method", ["gda", "extragradient", "alternating-primal-dual", "alternating-dual-primal"])
 def test_matches_cooper_iterate_for_iterate(method: str, penalty: float) -> None:
     """gameopt's Lagrangian game against cooper-optim 1.0 on the same problem.
 
@@ -101,6 +101,16 @@ def test_matches_cooper_iterate_for_iterate(method: str, penalty: float) -> None
         primal = torch.optim.SGD(ref.parameters(), lr=lrs[0])
         dual = torch.optim.SGD(cmp.dual_parameters(), lr=lrs[1], maximize=True)
         optimizer = cooper.optim.SimultaneousOptimizer(cmp, primal, dual)
+    elif method.startswith("alternating"):
+        # cooper's AlternatingPrimalDualOptimizer: x_{t+1} from (x_t, λ_t), then λ_{t+1} from (x_{t+1}, λ_t);
+        # AlternatingDualPrimalOptimizer the other way round: AltGD in list order, or order=(1, 0)
+        dual_first = method == "alternating-dual-primal"
+        algorithm = gameopt.AltGD(lrs, order=(1, 0) if dual_first else None)
+        primal = torch.optim.SGD(ref.parameters(), lr=lrs[0])
+        dual = torch.optim.SGD(cmp.dual_parameters(), lr=lrs[1], maximize=True)
+        alternating = cooper.optim.constrained_optimizers
+        kind = alternating.AlternatingDualPrimalOptimizer if dual_first else alternating.AlternatingPrimalDualOptimizer
+        optimizer = kind(cmp, primal, dual)
     else:
         algorithm = gameopt.Extragradient(lrs)
         primal = cooper.optim.ExtraSGD(ref.parameters(), lr=lrs[0])

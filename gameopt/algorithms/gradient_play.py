@@ -14,7 +14,7 @@ from .base import Algorithm, State
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import OracleInterface
+    from ..protocols import GameView, OracleInterface
 
 
 class SimGD(Algorithm):
@@ -43,16 +43,21 @@ class SimGD(Algorithm):
 
 
 class AltGD(Algorithm):
-    """Alternating gradient descent: players move in list order, each with its
-    gradient at the point left by the players before it.
+    """Alternating gradient descent: players move in turn (list order, or ``order``),
+    each with its gradient at the point left by the players before it.
 
     .. math:: w^{i}_{t+1} = w^{i}_t - η_i \\, u\\big(ξ_i(w^{1}_{t+1}, …, w^{i-1}_{t+1}, w^{i}_t, …, w^{n}_t)\\big)
 
-    Costs one evaluation of the losses per player.
+    (players numbered in the order they move). Costs one evaluation of the losses per
+    player. On a :class:`~gameopt.LagrangianGame` (model first, multipliers second),
+    the default order is cooper's ``AlternatingPrimalDualOptimizer`` and
+    ``order=(1, 0)`` its ``AlternatingDualPrimalOptimizer``.
 
     Args:
         lr: η, one float or one per player.
         update: per-player update rule (default: plain gradient).
+        order: the players' indices in the order they move (a permutation of the
+            players; default: the game's list order).
 
     Raises:
         ValueError: a learning rate or setting outside its range (when built; a
@@ -62,16 +67,31 @@ class AltGD(Algorithm):
         - Gidel et al. 2019, `Negative Momentum for Improved Game Dynamics <https://arxiv.org/abs/1807.04740>`_
     """
 
-    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
-        super().__init__(lr, update)
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None, order: Sequence[int] | None = None
+    ) -> None:
+        if order is not None:
+            if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
+                raise TypeError(f"order must be a sequence of player indices, got {order!r}")
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in order):
+                raise TypeError(f"order must hold player indices (ints), got {list(order)!r}")
+            order = tuple(order)
+        super().__init__(lr, update, order=order)
+
+    def bind(self, game: GameView) -> None:
+        n = len(game.players)
+        if self.order is not None and sorted(self.order) != list(range(n)):
+            raise ValueError(f"AltGD order must be a permutation of the players' indices 0..{n - 1}, got {self.order}")
+        super().bind(game)
 
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         layout = oracle.layout
         delta = oracle.layout.zeros()  # the players who moved so far: their steps
         ones = [1.0] * oracle.num_players
         new_rule: State = {}
-        for i in range(oracle.num_players):
-            xi = oracle.xi(along=(delta, ones) if i else None, players=[i])
+        order = self.order if self.order is not None else range(oracle.num_players)
+        for turn, i in enumerate(order):
+            xi = oracle.xi(along=(delta, ones) if turn else None, players=[i])
             # the rule is elementwise: apply it to player i's part only
             views = lambda vec: layout.player_views(vec, i)  # noqa: E731
             part = _map(state["rule"], views)
