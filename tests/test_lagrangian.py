@@ -315,3 +315,21 @@ def test_every_first_order_algorithm_runs_and_multipliers_stay_feasible() -> Non
         for _ in range(30):
             problem.step()
             assert problem.multipliers[0].min() >= 0, type(algorithm).__name__
+
+
+def test_the_docs_lagrangian_example_runs_as_pasted(capsys) -> None:
+    """docs/constrained.md's code block, as a user pastes it: the constraint ends
+    satisfied with a positive multiplier."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "constrained.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    state = torch.get_rng_state()
+    try:
+        scope: dict = {"__name__": "example"}
+        exec(compile(block, "docs/constrained.md", "exec"), scope)
+    finally:
+        torch.set_rng_state(state)
+    assert scope["out"].metrics["violation"] <= 1e-6 and float(scope["lam"][0]) > 0
+    assert "objective" in capsys.readouterr().out
