@@ -297,7 +297,7 @@ class Algorithm:
         """What a checkpoint records to know the run that saved it, beside the state:
         the algorithm's type, its settings that are not scheduled (those live in the
         param groups), its update rule's :meth:`~gameopt.UpdateRule.identity` and, for a
-        :class:`Wrapper`, its base's identity."""
+        :class:`~gameopt.algorithms.base.Wrapper`, its base's identity."""
         hypers = self.hypers()
         settings = {k: _plain(getattr(self, k)) for k in self._settings if k not in hypers and k != "base"}
         return {"type": type(self).__name__, "settings": settings, "rule": self.rule.identity()}
