@@ -37,7 +37,18 @@ def _from_numpy(game: Linearizable, x: np.ndarray) -> Vec:
 def jacobian_operator(game: Linearizable, *args: Any, **kwargs: Any) -> LinearOperator:
     """J = ∂ξ/∂w at the current point as a ``scipy.sparse.linalg.LinearOperator``
     over the joint vector (float64): ``matvec`` is Jv, ``rmatvec`` Jᵀv. The graph
-    is built once; each product costs one reverse pass after the first."""
+    is built once; each product costs one reverse pass after the first.
+
+    Args:
+        game: a :class:`~gameopt.Game` (anything with ``layout`` and ``linearize``).
+        args, kwargs: passed on to the game's losses.
+
+    Returns:
+        An (n, n) ``LinearOperator``, n the number of parameters of all players.
+
+    Raises:
+        gameopt.NonFiniteError: ξ is not finite at the current point.
+    """
     lin = game.linearize(*args, **kwargs)
     return _operator(game, lin)
 
@@ -60,7 +71,18 @@ def eigenvalues(game: Linearizable, *args: Any, k: int = 6, dense_below: int = 4
     """The ``k`` eigenvalues of J of largest modulus (all of them when the game has
     fewer than ``dense_below`` parameters: J is then formed column by column).
     Real parts measure the potential (attracting when positive), imaginary parts
-    the rotation."""
+    the rotation (Balduzzi et al. 2018, `The Mechanics of n-Player Differentiable
+    Games <https://arxiv.org/abs/1802.05642>`_).
+
+    Args:
+        game: a :class:`~gameopt.Game`.
+        args, kwargs: passed on to the game's losses.
+        k: how many eigenvalues (largest modulus first) for large games.
+        dense_below: below this many parameters, all eigenvalues of the dense J.
+
+    Returns:
+        Complex eigenvalues, sorted by decreasing modulus.
+    """
     from scipy.sparse.linalg import eigs
 
     op = jacobian_operator(game, *args, **kwargs)
@@ -87,7 +109,16 @@ class Decomposition:
 
 def decompose(game: Linearizable, *args: Any, **kwargs: Any) -> Decomposition:
     """‖ξ‖, the Hamiltonian ½‖ξ‖², and the symmetric (potential) and antisymmetric
-    (rotational) parts of J along ξ."""
+    (rotational) parts of J along ξ: S = ½(J + Jᵀ), A = ½(J − Jᵀ) (Balduzzi et al. 2018,
+    `The Mechanics of n-Player Differentiable Games <https://arxiv.org/abs/1802.05642>`_).
+
+    Args:
+        game: a :class:`~gameopt.Game`.
+        args, kwargs: passed on to the game's losses.
+
+    Returns:
+        A :class:`Decomposition` (floats).
+    """
     lin = game.linearize(*args, **kwargs)
     xi = _to_numpy(lin.xi)
     jxi = _to_numpy(lin.jvp(lin.xi))
@@ -109,7 +140,17 @@ def plot_spectrum(
     values: np.ndarray, ax: Axes | None = None, label: str | None = None, title: str = "Game Jacobian spectrum"
 ) -> Axes:
     """Scatter eigenvalues in the complex plane (real part: potential, imaginary
-    part: rotation)."""
+    part: rotation).
+
+    Args:
+        values: complex eigenvalues, as :func:`eigenvalues` returns them.
+        ax: the axes to draw on (default: a new figure's).
+        label: the legend entry.
+        title: the axes' title.
+
+    Returns:
+        The axes drawn on.
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:

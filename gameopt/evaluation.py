@@ -33,12 +33,19 @@ from .checks import check_number
 
 
 class LossError(ValueError):
-    """The losses callable returned something that is not one scalar loss per player."""
+    """The losses callable returned something that is not one scalar loss per player,
+    or a player's loss does not depend on its parameters. Raised before anything
+    changes; a ``ValueError``."""
 
 
 class StepLosses(tuple):
     """The players' losses at the start of a step (a tuple: ``g, d = game.step()``),
-    with the metrics the losses returned beside them in ``metrics``."""
+    with the metrics the losses returned beside them in ``metrics``.
+
+    Args:
+        losses: one detached 0-d tensor per player.
+        metrics: the dict the losses callable returned after the losses (copied).
+    """
 
     metrics: dict[str, Any]
 

@@ -39,6 +39,10 @@ class GameOptimizer(torch.optim.Optimizer):
 
     The game builds it; the players are fixed (no :meth:`add_param_group`). Assigning
     ``game.algorithm`` builds a new one; this one then refuses to step.
+
+    Args:
+        game: the game it steps (its ``step_closure``).
+        algorithm: the game's algorithm, whose param groups it shares.
     """
 
     def __init__(self, game: Steppable, algorithm: Algorithm) -> None:
@@ -49,7 +53,18 @@ class GameOptimizer(torch.optim.Optimizer):
         self._game = game
 
     def step(self, closure: Callable[[], Any] | None = None) -> StepLosses:  # type: ignore[override]
-        """One game step (see the class docstring); returns its losses."""
+        """One game step (see the class docstring).
+
+        Args:
+            closure: re-evaluates the losses (no arguments), or None for the game's own.
+
+        Returns:
+            The players' losses at the start of the step (:class:`~gameopt.StepLosses`).
+
+        Raises:
+            RuntimeError: the game's algorithm was replaced since this optimizer was made.
+            gameopt.NonFiniteError: a non-finite step (nothing changed), unless the game skips it.
+        """
         game = self._game
         if game is None:
             raise RuntimeError("this GameOptimizer has no game")
