@@ -124,3 +124,30 @@ def test_jacobian_products_through_a_conv_gan_on_the_device() -> None:
     before = [p.params.clone() for p in game.players]
     game.step()
     assert all(not torch.equal(b, p.params) for b, p in zip(before, game.players))
+
+
+@pytest.mark.parametrize("where", ["device to cpu", "cpu to device"])
+def test_a_checkpoint_moves_between_the_device_and_the_cpu(where) -> None:
+    """As torch.optim does: each state tensor goes to the device of the parameter it
+    belongs to, and the resumed run equals the one that saved it."""
+    save_on, load_on = (DEVICE, "cpu") if where == "device to cpu" else ("cpu", DEVICE)
+
+    def build(device):
+        tg = GAMES["quadratic"]()
+        modules = [VecModule(w.to(device, F64)) for w in tg.init]
+        players = [gameopt.Player(m, name=f"p{i}") for i, m in enumerate(modules)]
+        algo = gameopt.Extragradient(0.05, update=gameopt.Adam())
+        game = gameopt.Game(players, lambda: tg.losses_fn([m.w for m in modules]), algorithm=algo)
+        return game, modules
+
+    saver, a = build(save_on)
+    for _ in range(3):
+        saver.step()
+    loader, b = build(load_on)
+    loader.load_state_dict(saver.state_dict())
+    assert all(t.device.type == torch.device(load_on).type for t in loader.algorithm.state["rule"]["m"])
+    for _ in range(3):
+        saver.step()
+        loader.step()
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x.w.detach().cpu(), y.w.detach().cpu(), rtol=1e-12, atol=1e-13)
