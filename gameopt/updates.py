@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -116,6 +116,10 @@ class UpdateRule:
         bits as ``apply(d, state)``'s new state, in tensors the caller owns (it may
         update them in place: ``own_state=True``)."""
         return memo
+
+    def for_player(self, i: int) -> UpdateRule:
+        """The rule player ``i`` steps with (this one; :class:`PerPlayer` has one each)."""
+        return self
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -355,3 +359,109 @@ class RMSProp(UpdateRule):
                 torch.add(v1, self.eps, out=den).sqrt_()
             torch.div(x, den, out=o)
         return out, {"v": v}
+
+
+class PerPlayer(UpdateRule):
+    """One update rule per player: ``update=[gameopt.Adam(), gameopt.Plain()]`` gives
+    the first player Adam and the second plain gradient steps (a primal Adam with a
+    dual SGD on a :class:`~gameopt.LagrangianGame`). Algorithms build it from a list;
+    a list of rules that are all the same is that one rule.
+
+    Each rule runs on its player's part of the joint vectors and keeps its state as
+    joint vectors (of which it reads and writes its player's part), so that the state
+    follows each parameter across re-fusing as every state does. A rule's schedulable
+    settings live in its own player's param group (``param_groups[k]["betas"]``).
+
+    Args:
+        rules: one :class:`UpdateRule` per player, in the game's player order.
+
+    Raises:
+        TypeError: an entry that is not an :class:`UpdateRule` (or is itself a ``PerPlayer``).
+    """
+
+    def __init__(self, rules: Sequence[UpdateRule]) -> None:
+        rules = list(rules)
+        if not rules:
+            raise TypeError("update must be an UpdateRule or a non-empty list of them, one per player")
+        for k, r in enumerate(rules):
+            if not isinstance(r, UpdateRule) or isinstance(r, PerPlayer):
+                raise TypeError(f"update[{k}] must be an UpdateRule (Plain, Momentum, Adam, RMSProp), got {r!r}")
+        self.rules = rules
+        self._views: Callable[[list[Tensor], int], list[Tensor]] | None = None
+
+    def bind(self, views: Callable[[list[Tensor], int], list[Tensor]], num_players: int) -> None:
+        """Take ``views(vec, i)``, player i's part of a joint vector (the layout's)."""
+        if num_players != len(self.rules):
+            raise ValueError(f"update has {len(self.rules)} rules for {num_players} players: give one per player")
+        self._views = views
+
+    def for_player(self, i: int) -> UpdateRule:
+        return self.rules[i]
+
+    def identity(self) -> dict[str, Any]:
+        return {"type": "PerPlayer", "rules": [r.identity() for r in self.rules]}
+
+    def check_state(self, state: Any, path: str) -> None:
+        players = state.get("players") if isinstance(state, dict) else None
+        for k, (rule, st) in enumerate(zip(self.rules, players or ())):
+            rule.check_state(st, f"{path}.players[{k}]")
+
+    def init(self, like: list[Tensor]) -> State:
+        return {"players": [r.init(like) for r in self.rules]}
+
+    def apply(
+        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], State]:
+        if self._views is None:
+            raise RuntimeError("a PerPlayer rule is used by an algorithm bound to a game")
+        out = d if scratch else (empty or _empty_like(d))()
+        new = []
+        for i, (rule, st) in enumerate(zip(self.rules, state["players"])):
+            views = functools.partial(self._views, i=i)
+            o, st_i = apply(rule, views(d), _part_of(st, views))
+            for dst, src in zip(views(out), o):
+                if dst is not src:
+                    dst.copy_(src)
+            new.append(_with_part(st, st_i, views))
+        return out, {"players": new}
+
+    def __repr__(self) -> str:
+        return f"PerPlayer({self.rules!r})"
+
+
+def _part_of(state: State, views: Callable[[list[Tensor]], list[Tensor]]) -> State:
+    """A rule's joint state seen through one player's views (numbers as they are)."""
+    return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
+
+
+def _with_part(state: State, part: State, views: Callable[[list[Tensor]], list[Tensor]]) -> State:
+    """A copy of the joint ``state`` with one player's part replaced by ``part``."""
+    out: State = {}
+    for k, v in state.items():
+        if isinstance(v, list):
+            full = Vec(t.clone() for t in v)
+            for dst, src in zip(views(full), part[k]):
+                dst.copy_(src)
+            out[k] = full
+        else:
+            out[k] = part[k]
+    return out
+
+
+def rule_from(update: UpdateRule | Sequence[UpdateRule] | None) -> UpdateRule:
+    """The rule an algorithm's ``update=`` names: one rule (default :class:`Plain`),
+    or one per player, collapsed to one when they are all the same (type, fixed and
+    schedulable settings), else a :class:`PerPlayer`."""
+    if update is None:
+        return Plain()
+    if isinstance(update, UpdateRule):
+        return update
+    if isinstance(update, (list, tuple)):
+        rules = PerPlayer(update).rules
+        first = rules[0]
+        same = all(
+            r.identity() == first.identity() and all(getattr(r, n) == getattr(first, n) for n in first.schedulable)
+            for r in rules[1:]
+        )
+        return first if same else PerPlayer(rules)
+    raise TypeError(f"update must be an UpdateRule (Plain, Momentum, Adam) or a list of them, got {update!r}")

@@ -70,7 +70,9 @@ def _cooper_problem(model, x, y, penalty: float):
 
 
 @pytest.mark.parametrize("penalty", [0.0, 2.0], ids=["lagrangian", "augmented"])
-@pytest.mark.parametrize("method", ["gda", "extragradient", "alternating-primal-dual", "alternating-dual-primal"])
+@pytest.mark.parametrize(
+    "method", ["gda", "extragradient", "alternating-primal-dual", "alternating-dual-primal", "adam-primal-sgd-dual"]
+)
 def test_matches_cooper_iterate_for_iterate(method: str, penalty: float) -> None:
     """gameopt's Lagrangian game against cooper-optim 1.0 on the same problem.
 
@@ -99,6 +101,12 @@ def test_matches_cooper_iterate_for_iterate(method: str, penalty: float) -> None
     if method == "gda":
         algorithm = gameopt.SimGD(lrs)
         primal = torch.optim.SGD(ref.parameters(), lr=lrs[0])
+        dual = torch.optim.SGD(cmp.dual_parameters(), lr=lrs[1], maximize=True)
+        optimizer = cooper.optim.SimultaneousOptimizer(cmp, primal, dual)
+    elif method == "adam-primal-sgd-dual":
+        # one update rule per player; eps = 0 because torch adds ε to the bias-corrected root, gameopt to the raw one
+        algorithm = gameopt.SimGD(lrs, update=[gameopt.Adam((0.9, 0.999), eps=0.0), gameopt.Plain()])
+        primal = torch.optim.Adam(ref.parameters(), lr=lrs[0], betas=(0.9, 0.999), eps=0.0)
         dual = torch.optim.SGD(cmp.dual_parameters(), lr=lrs[1], maximize=True)
         optimizer = cooper.optim.SimultaneousOptimizer(cmp, primal, dual)
     elif method.startswith("alternating"):

@@ -438,3 +438,89 @@ def test_per_parameter_counts_survive_a_checkpoint_into_a_game_built_with_every_
     sd["algorithm"]["state"]["rule"]["t"][0][0] = -1.0
     with pytest.raises(ValueError, match=r"rule\.t\[0\]: step counts, must be >= 0"):
         other.load_state_dict(sd)
+
+
+# ------------------------------------------------------------------ one rule per player
+def _per_player_refs():
+    from games import RefRule
+
+    return [RefRule("adam", betas=(0.5, 0.9)), RefRule("plain"), RefRule("momentum", momentum=0.7)]
+
+
+def _per_player_rules():
+    return [gameopt.Adam((0.5, 0.9)), gameopt.Plain(), gameopt.Momentum(0.7)]
+
+
+@pytest.mark.parametrize("algo", ["simgd", "altgd"])
+def test_one_update_rule_per_player_matches_its_closed_form(algo):
+    """Each player's rule on its own part of ξ (SimGD), or on its ξ at the point left
+    by the players before it (AltGD): the closed-form rules of tests/games.py."""
+    from games import GAMES
+
+    tg = GAMES["nonquadratic"]()
+    lrs = [0.1, 0.05, 0.08]
+    make = gameopt.SimGD if algo == "simgd" else gameopt.AltGD
+    game = tg.build(make(lrs, update=_per_player_rules()))
+    assert isinstance(game.algorithm.rule, gameopt.updates.PerPlayer)
+    refs = _per_player_refs()
+    ws = [w.clone() for w in tg.init]
+    for _ in range(6):
+        game.step()
+        if algo == "simgd":
+            xi = tg.xi_ref(ws)
+            ws = [w - lr * ref([x])[0] for w, lr, ref, x in zip(ws, lrs, refs, xi)]
+        else:
+            for i in range(3):
+                ws[i] = ws[i] - lrs[i] * refs[i]([tg.xi_ref(ws)[i]])[0]
+        for a, b in zip(tg.params(), ws):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_a_list_of_equal_rules_is_that_one_rule_bit_for_bit():
+    from games import GAMES
+
+    runs = []
+    for update in (gameopt.Adam((0.5, 0.9)), [gameopt.Adam((0.5, 0.9)) for _ in range(3)]):
+        tg = GAMES["nonquadratic"]()
+        game = tg.build(gameopt.Extragradient(0.05, update=update))
+        assert type(game.algorithm.rule) is gameopt.Adam
+        for _ in range(4):
+            game.step()
+        runs.append(tg.params())
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_per_player_rules_keep_their_settings_in_their_players_groups_and_checkpoints():
+    from games import GAMES, assert_same_state
+
+    tg = GAMES["nonquadratic"]()
+    game = tg.build(gameopt.Extragradient([0.1, 0.05, 0.08], update=_per_player_rules()))
+    groups = game.algorithm.param_groups
+    assert groups[0]["betas"] == (0.5, 0.9) and "betas" not in groups[1] and groups[2]["momentum"] == 0.7
+    groups[2]["momentum"] = 0.5  # a scheduler's change reaches player 2's rule only
+    game.step()
+    assert game.algorithm.rule.rules[2].momentum == 0.5
+    saved = game.state_dict()
+    tg2 = GAMES["nonquadratic"]()
+    other = tg2.build(gameopt.Extragradient([0.1, 0.05, 0.08], update=_per_player_rules()))
+    other.load_state_dict(saved)
+    for _ in range(3):
+        game.step()
+        other.step()
+    assert all(torch.equal(a, b) for a, b in zip(tg.params(), tg2.params()))
+    swapped = GAMES["nonquadratic"]().build(
+        gameopt.Extragradient([0.1, 0.05, 0.08], update=[gameopt.Plain(), gameopt.Adam((0.5, 0.9)), gameopt.Momentum()])
+    )
+    before = swapped.state_dict()
+    with pytest.raises(ValueError, match=r"rule\.rules\[0\]\.type: 'Adam' in the checkpoint, 'Plain' here"):
+        swapped.load_state_dict(saved)
+    assert_same_state(swapped.state_dict(), before)
+
+
+def test_per_player_rules_refuse_a_count_that_does_not_fit_the_game():
+    from games import GAMES
+
+    with pytest.raises(ValueError, match="2 rules for 3 players"):
+        GAMES["nonquadratic"]().build(gameopt.SimGD(0.1, update=[gameopt.Adam(), gameopt.Plain()]))
+    with pytest.raises(TypeError, match=r"update\[1\] must be an UpdateRule"):
+        gameopt.SimGD(0.1, update=[gameopt.Adam(), "sgd"])

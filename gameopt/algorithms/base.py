@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import check_bool, check_number, check_per_player
 from ..state import check_like, clone_state, moved_like, retyped, tensors_in
-from ..updates import Plain, State, UpdateRule, apply
+from ..updates import PerPlayer, Plain, State, UpdateRule, apply, rule_from
 from ..vec import Vec
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ def _counts_like(mine: Any, theirs: Any) -> Any:
     """``mine`` (a live state) with each update rule's step count shaped as ``theirs``
     (a loaded state) holds it: one number for all parameters, or one per element, a
     joint vector like the moments (see :meth:`gameopt.Adam.apply`). Either fits."""
+    if isinstance(mine, list) and not isinstance(mine, Vec) and isinstance(theirs, (list, tuple)):
+        return [_counts_like(a, b) for a, b in zip(mine, theirs)]
     if isinstance(mine, dict) and isinstance(theirs, dict):
         out = {k: _counts_like(v, theirs.get(k)) for k, v in mine.items()}
         if "t" in mine and "m" in mine:
@@ -154,13 +156,14 @@ class Algorithm:
     #: projected or mirror version on feasible sets (see :mod:`gameopt.constraints`).
     first_order = True
 
-    def __init__(self, lr: float | Sequence[float], update: UpdateRule | None = None, **settings: Any) -> None:
-        """``settings``: the algorithm's other arguments, already checked; each becomes
+    def __init__(
+        self, lr: float | Sequence[float], update: UpdateRule | Sequence[UpdateRule] | None = None, **settings: Any
+    ) -> None:
+        """``update``: one update rule, or one per player (see :class:`~gameopt.updates.PerPlayer`).
+        ``settings``: the algorithm's other arguments, already checked; each becomes
         an attribute (a :class:`Hyper` of the class goes to the param groups)."""
         self._lr = _check_lr(lr)
-        self.rule = update if update is not None else Plain()
-        if not isinstance(self.rule, UpdateRule):
-            raise TypeError(f"update must be an UpdateRule (Plain, Momentum, Adam), got {update!r}")
+        self.rule = rule_from(update)
         self._defaults: dict[str, float] = {}  # the Hyper values before binding
         self._settings = list(settings)
         for name, value in settings.items():
@@ -213,12 +216,18 @@ class Algorithm:
             if len(values) != n:
                 what = "learning rates" if key == "lr" else f"values of {key}"
                 raise ValueError(f"{type(self).__name__} got {len(values)} {what} for {n} players")
-        scheduled = {**self._defaults, **{name: getattr(self.rule, name) for name in self.rule.schedulable}}
-        groups = [
-            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name, **scheduled}
-            for p, lr in zip(game.players, lrs)
+        if isinstance(self.rule, PerPlayer):
+            self.rule.bind(game.layout.player_views, n)
+        scheduled = [
+            {**self._defaults, **{name: getattr(rule, name) for name in rule.schedulable}}
+            for rule in map(self.rule.for_player, range(n))
         ]
-        self.param_groups, self.defaults = groups, {"lr": lrs[0], **scheduled}
+        groups = [
+            {"params": [b.data for b in p.buffers], "lr": lr, "player": p.name, **values}
+            for p, lr, values in zip(game.players, lrs, scheduled)
+        ]
+        common = {k: v for k, v in scheduled[0].items() if all(k in values for values in scheduled)}
+        self.param_groups, self.defaults = groups, {"lr": lrs[0], **common}
         self.game = game
         self.state = self.init_state(game)
 
@@ -226,6 +235,8 @@ class Algorithm:
         """After the game re-laid its storage, point the param groups at it."""
         for group, p in zip(self.param_groups, game.players):
             group["params"] = [b.data for b in p.buffers]
+        if isinstance(self.rule, PerPlayer):
+            self.rule.bind(game.layout.player_views, len(game.players))
 
     @property
     def lrs(self) -> list[float]:
@@ -238,6 +249,11 @@ class Algorithm:
         changed them). They are checked, and must agree across players. The game
         calls this before each step."""
         rule = self.rule
+        if isinstance(rule, PerPlayer):  # each player's rule reads its own group
+            for k, (own, g) in enumerate(zip(rule.rules, self.param_groups)):
+                for name in own.schedulable:
+                    setattr(own, name, own.check(name, g[name], f"param_groups[{k}].{name}"))
+            return
         for name in rule.schedulable:
             values = [rule.check(name, g[name], f"param_groups[{k}].{name}") for k, g in enumerate(self.param_groups)]
             setattr(rule, name, _shared(type(rule).__name__, name, values))
@@ -258,7 +274,7 @@ class Algorithm:
             check_number(f"param_groups[{k}].lr", group.get("lr"), low=0.0)
             for name, hyper in hypers.items():
                 hyper.check(group.get(name), f"param_groups[{k}].{name}")
-            for rule in rules:
+            for rule in (r.for_player(k) for r in rules):
                 for name in rule.schedulable:
                     rule.check(name, group.get(name), f"param_groups[{k}].{name}")
 
@@ -337,7 +353,7 @@ class Algorithm:
             for name, hyper in self.hypers().items():  # absent in older checkpoints: kept as they are
                 if name in group:
                     hyper.check(group[name], f"{path}.param_groups[{k}].{name}")
-            for rule in self._rules():
+            for rule in (r.for_player(k) for r in self._rules()):
                 for name in rule.schedulable:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")

@@ -47,7 +47,7 @@ class Extragradient(Algorithm):
         self,
         lr: float | Sequence[float] = 1e-3,
         extrapolation_lr: float | Sequence[float] | None = None,
-        update: UpdateRule | None = None,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
         if extrapolation_lr is not None:
             extrapolation_lr = check_per_player("extrapolation_lr", extrapolation_lr, low=0.0)
@@ -92,7 +92,9 @@ class Optimistic(Algorithm):
           <https://arxiv.org/abs/1802.10551>`_
     """
 
-    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
+    ) -> None:
         super().__init__(lr, update)
 
     def init_state(self, game: GameView) -> State:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import _torch_compat as tc
-from ..updates import UpdateRule
+from ..updates import PerPlayer, UpdateRule
 from ..vec import Vec
 from .base import Algorithm, State
 
@@ -34,7 +34,9 @@ class SimGD(Algorithm):
             scheduled value when a step reads it).
     """
 
-    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
+    ) -> None:
         super().__init__(lr, update)
 
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
@@ -68,7 +70,10 @@ class AltGD(Algorithm):
     """
 
     def __init__(
-        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None, order: Sequence[int] | None = None
+        self,
+        lr: float | Sequence[float] = 1e-3,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
+        order: Sequence[int] | None = None,
     ) -> None:
         if order is not None:
             if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
@@ -89,17 +94,22 @@ class AltGD(Algorithm):
         delta = oracle.layout.zeros()  # the players who moved so far: their steps
         ones = [1.0] * oracle.num_players
         new_rule: State = {}
+        per_player = isinstance(self.rule, PerPlayer)  # one rule (and joint state) per player
+        players = list(state["rule"]["players"]) if per_player else []
         order = self.order if self.order is not None else range(oracle.num_players)
         for turn, i in enumerate(order):
             xi = oracle.xi(along=(delta, ones) if turn else None, players=[i])
             # the rule is elementwise: apply it to player i's part only
             views = lambda vec: layout.player_views(vec, i)  # noqa: E731
-            part = _map(state["rule"], views)
-            out, rule_i = self.rule.apply(views(xi), part)
+            joint = players[i] if per_player else state["rule"]
+            out, rule_i = self.rule.for_player(i).apply(views(xi), _map(joint, views))
             for d, o in zip(views(delta), out):
                 torch.mul(o, -self.lrs[i], out=d)
-            new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
-        return delta, {"rule": new_rule}
+            if per_player:
+                players[i] = _merge(_clone_vecs(joint), rule_i, views)
+            else:
+                new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
+        return delta, {"rule": {"players": players} if per_player else new_rule}
 
 
 def _map(state: State, views) -> State:  # type: ignore[no-untyped-def]

@@ -37,7 +37,10 @@ class HamiltonianGD(Algorithm):
     first_order = False
 
     def __init__(
-        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None, zero_sum: bool = False
+        self,
+        lr: float | Sequence[float] = 1e-3,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
+        zero_sum: bool = False,
     ) -> None:
         super().__init__(lr, update, zero_sum=check_bool("zero_sum", zero_sum))
 
@@ -77,7 +80,7 @@ class ConsensusOptimization(Algorithm):
         self,
         lr: float | Sequence[float] = 1e-3,
         gamma: float = 0.1,
-        update: UpdateRule | None = None,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
         zero_sum: bool = False,
     ) -> None:
         super().__init__(lr, update, gamma=gamma, zero_sum=check_bool("zero_sum", zero_sum))

@@ -36,7 +36,9 @@ class PastExtragradient(Algorithm):
         update: per-player update rule (default: plain gradient).
     """
 
-    def __init__(self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | None = None) -> None:
+    def __init__(
+        self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
+    ) -> None:
         super().__init__(lr, update)
 
     def init_state(self, game: GameView) -> State:

@@ -68,7 +68,7 @@ class SGA(Algorithm):
         lam: float = 1.0,
         align: bool = True,
         eps: float = 0.1,
-        update: UpdateRule | None = None,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
         sign_normalizer: str = "dimension",
         zero_sum: bool = False,
     ) -> None:

@@ -48,7 +48,10 @@ class LA(Algorithm):
     alpha = Hyper(low=0.0)
 
     def __init__(
-        self, lr: float | Sequence[float] = 1e-3, alpha: float = 1.0, update: UpdateRule | None = None
+        self,
+        lr: float | Sequence[float] = 1e-3,
+        alpha: float = 1.0,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
         super().__init__(lr, update, alpha=alpha)
 
@@ -94,7 +97,7 @@ class LOLA(Algorithm):
         lr: float | Sequence[float] = 1e-3,
         alpha: float = 1.0,
         shaping_only: bool = False,
-        update: UpdateRule | None = None,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
         super().__init__(lr, update, alpha=alpha, shaping_only=check_bool("shaping_only", shaping_only))
 
@@ -143,7 +146,7 @@ class SOS(Algorithm):
         alpha: float = 1.0,
         a: float = 0.5,
         b: float = 0.1,
-        update: UpdateRule | None = None,
+        update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
         super().__init__(
             lr,
