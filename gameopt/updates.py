@@ -118,7 +118,7 @@ class UpdateRule:
         return memo
 
     def for_player(self, i: int) -> UpdateRule:
-        """The rule player ``i`` steps with (this one; :class:`PerPlayer` has one each)."""
+        """The rule player ``i`` steps with (this one; a :class:`~gameopt.updates.PerPlayer` has one each)."""
         return self
 
     def __repr__(self) -> str:
