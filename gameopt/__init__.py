@@ -30,7 +30,7 @@ from .lagrangian import LagrangianGame
 from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player
-from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
+from .updates import Adam, Momentum, NuPI, Plain, RMSProp, UpdateRule
 from .vec import Vec
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "LagrangianGame",
     "Lookahead",
     "Momentum",
+    "NuPI",
     "NonFiniteError",
     "Optimistic",
     "Oracle",

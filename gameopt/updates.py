@@ -465,3 +465,60 @@ def rule_from(update: UpdateRule | Sequence[UpdateRule] | None) -> UpdateRule:
         )
         return first if same else PerPlayer(rules)
     raise TypeError(f"update must be an UpdateRule (Plain, Momentum, Adam) or a list of them, got {update!r}")
+
+
+class NuPI(UpdateRule):
+    """The νPI controller (Sohrabi, Ramirez, Zhang, Lacoste-Julien & Gallego-Posada
+    2024), made for Lagrange multipliers, where plain gradient ascent oscillates:
+
+    .. math::
+        \\text{out}_0 = K_I d_0, \\qquad
+        \\text{out}_t = K_I d_t + K_P (1 − ν)(d_t − e_{t−1}), \\qquad
+        e_0 = 0, \\; e_t = ν e_{t−1} + (1 − ν) d_t,
+
+    then ``w ← w − η out`` (the projection of a constrained player after it, as
+    everywhere). This is ``cooper.optim.nuPI(lr, Kp, Ki, ema_nu)`` with its default
+    ``init_type=SGD``: the first step is SGD's with rate ηK_I, and the error signal's
+    average starts at e₀ = 0 after it, as cooper's code does (its docstring says
+    e₀ = d₀; the parity test follows the code). ``NuPI(kp=0, ki=1)`` is plain
+    gradient steps.
+
+    Args:
+        kp: K_P ≥ 0, the proportional gain.
+        ki: K_I ≥ 0, the integral gain (not both 0).
+        ema: ν in (−1, 1), the smoothing of the error signal.
+
+    Raises:
+        ValueError: a gain that is negative or not finite, both gains 0, or ν outside (−1, 1).
+
+    References:
+        - Sohrabi et al. 2024, `On PI Controllers for Updating Lagrange Multipliers in
+          Constrained Optimization <https://arxiv.org/abs/2406.04558>`_
+    """
+
+    def __init__(self, kp: float = 0.0, ki: float = 1.0, ema: float = 0.0) -> None:
+        self.kp = check_number("kp", kp, low=0.0)
+        self.ki = check_number("ki", ki, low=0.0)
+        if self.kp == 0 and self.ki == 0:
+            raise ValueError("NuPI needs kp > 0 or ki > 0 (both are 0: it would not move)")
+        self.ema = check_number("ema", ema, low=-1.0, high=1.0, low_open=True, high_open=True)
+
+    def init(self, like: list[Tensor]) -> State:
+        return {"e": Vec(torch.zeros_like(t) for t in like), "t": 0}
+
+    def apply(
+        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], State]:
+        empty = empty or _empty_like(d)
+        first = state["t"] == 0
+        e = state["e"] if own_state else empty()
+        out = empty()
+        for x, e0, e1, o in zip(d, state["e"], e, out):
+            torch.mul(x, self.ki, out=o)
+            if not first:  # the first step is SGD's (cooper's SGD initialization)
+                o.add_(torch.sub(x, e0).mul_(1 - self.ema).mul_(self.kp))
+            if first:
+                e1.zero_()  # e₀ = 0, as cooper starts it
+            else:
+                torch.mul(e0, self.ema, out=e1).add_(x, alpha=1 - self.ema)
+        return out, {"e": e, "t": state["t"] + 1}

@@ -71,7 +71,8 @@ def _cooper_problem(model, x, y, penalty: float):
 
 @pytest.mark.parametrize("penalty", [0.0, 2.0], ids=["lagrangian", "augmented"])
 @pytest.mark.parametrize(
-    "method", ["gda", "extragradient", "alternating-primal-dual", "alternating-dual-primal", "adam-primal-sgd-dual"]
+    "method",
+    ["gda", "extragradient", "alternating-primal-dual", "alternating-dual-primal", "adam-primal-sgd-dual", "nupi-dual"],
 )
 def test_matches_cooper_iterate_for_iterate(method: str, penalty: float) -> None:
     """gameopt's Lagrangian game against cooper-optim 1.0 on the same problem.
@@ -108,6 +109,14 @@ def test_matches_cooper_iterate_for_iterate(method: str, penalty: float) -> None
         algorithm = gameopt.SimGD(lrs, update=[gameopt.Adam((0.9, 0.999), eps=0.0), gameopt.Plain()])
         primal = torch.optim.Adam(ref.parameters(), lr=lrs[0], betas=(0.9, 0.999), eps=0.0)
         dual = torch.optim.SGD(cmp.dual_parameters(), lr=lrs[1], maximize=True)
+        optimizer = cooper.optim.SimultaneousOptimizer(cmp, primal, dual)
+    elif method == "nupi-dual":
+        # cooper's gains are tensors: float64 ones, so that both sides use the same numbers
+        kp, ki, nu = 0.7, 0.6, 0.3
+        algorithm = gameopt.SimGD(lrs, update=[gameopt.Plain(), gameopt.NuPI(kp=kp, ki=ki, ema=nu)])
+        primal = torch.optim.SGD(ref.parameters(), lr=lrs[0])
+        gain = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+        dual = cooper.optim.nuPI(cmp.dual_parameters(), lr=lrs[1], Kp=gain(kp), Ki=gain(ki), ema_nu=nu, maximize=True)
         optimizer = cooper.optim.SimultaneousOptimizer(cmp, primal, dual)
     elif method.startswith("alternating"):
         # cooper's AlternatingPrimalDualOptimizer: x_{t+1} from (x_t, λ_t), then λ_{t+1} from (x_{t+1}, λ_t);

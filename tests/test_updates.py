@@ -524,3 +524,38 @@ def test_per_player_rules_refuse_a_count_that_does_not_fit_the_game():
         GAMES["nonquadratic"]().build(gameopt.SimGD(0.1, update=[gameopt.Adam(), gameopt.Plain()]))
     with pytest.raises(TypeError, match=r"update\[1\] must be an UpdateRule"):
         gameopt.SimGD(0.1, update=[gameopt.Adam(), "sgd"])
+
+
+# ------------------------------------------------------------------ nuPI
+def test_nupi_matches_its_equations_and_plain_steps_at_kp_0():
+    g = torch.Generator().manual_seed(0)
+    ds = [torch.randn(5, generator=g, dtype=torch.float64) for _ in range(6)]
+    kp, ki, nu = 0.7, 0.6, 0.3
+    rule = gameopt.NuPI(kp=kp, ki=ki, ema=nu)
+    state = rule.init([torch.zeros(5, dtype=torch.float64)])
+    e = torch.zeros(5, dtype=torch.float64)
+    for t, d in enumerate(ds):
+        out, state = rule.apply([d.clone()], state)
+        expected = ki * d if t == 0 else ki * d + kp * (1 - nu) * (d - e)
+        e = torch.zeros(5, dtype=torch.float64) if t == 0 else nu * e + (1 - nu) * d
+        torch.testing.assert_close(out[0], expected, rtol=1e-14, atol=1e-15)
+        torch.testing.assert_close(state["e"][0], e, rtol=1e-14, atol=1e-15)
+    plain = gameopt.NuPI(kp=0.0, ki=1.0)
+    state = plain.init([torch.zeros(5, dtype=torch.float64)])
+    for d in ds:
+        out, state = plain.apply([d.clone()], state)
+        assert torch.equal(out[0], d)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"kp": -0.1}, "kp must be"),
+        ({"ki": float("nan")}, "ki must be"),
+        ({"ema": 1.0}, "ema must be"),
+        ({"ki": 0.0}, "both are 0"),
+    ],
+)
+def test_nupi_refuses_bad_gains(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gameopt.NuPI(**kwargs)
