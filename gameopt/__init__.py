@@ -26,7 +26,7 @@ from .algorithms import (
 from .buffer import FlatBuffer
 from .evaluation import DynamicLossScale, LossError, StepLosses
 from .game import Game, NonFiniteError, Oracle
-from .lagrangian import LagrangianGame
+from .lagrangian import LagrangianGame, Proxy, Sampled
 from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player
@@ -67,6 +67,8 @@ __all__ = [
     "Plain",
     "RMSProp",
     "Player",
+    "Proxy",
+    "Sampled",
     "SimGD",
     "UpdateRule",
     "Vec",

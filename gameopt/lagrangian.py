@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -58,6 +58,50 @@ from .game import Game
 from .player import Player
 
 ObjectiveAndConstraints = Callable[..., Sequence[Any]]
+
+
+class Proxy(NamedTuple):
+    """A constraint observed through a differentiable surrogate, in place of ``g`` or
+    ``h`` (Cotter, Jiang, Gupta, Wang, Narayan, You & Sridharan 2019, `Optimization
+    with Non-Differentiable Constraints with Applications to Fairness, Recall, Churn,
+    and Other Goals <https://jmlr.org/papers/v20/18-616.html>`_): the model's
+    Lagrangian uses ``surrogate``, the multipliers ascend on ``strict``, which need not
+    be differentiable (an accuracy, a rate of hard predictions). cooper's
+    ``ConstraintState(violation=surrogate, strict_violation=strict)``.
+
+    Args:
+        surrogate: the differentiable constraint values, shape (num,) (or (k,) inside
+            :class:`Sampled`).
+        strict: the true values, the same shape (detached).
+    """
+
+    surrogate: Tensor
+    strict: Tensor
+
+
+class Sampled(NamedTuple):
+    """Some of the constraints, observed at this step, in place of ``g`` or ``h``: only
+    the multipliers of the constraints at ``indices`` move, and only those
+    constraints enter the model's Lagrangian (cooper's ``IndexedMultiplier`` with
+    ``ConstraintState(violation=values, constraint_features=indices)``). For very many
+    constraints, observed a minibatch at a time.
+
+    Args:
+        values: the observed constraints' values, shape (k,), or a :class:`Proxy` of two.
+        indices: their indices, a long tensor of shape (k,), each in ``0..num-1``.
+    """
+
+    values: Tensor | Proxy
+    indices: Tensor
+
+
+class _Observed(NamedTuple):
+    """One kind of constraint as a step observed it: what the model's Lagrangian uses,
+    what the multipliers ascend on (detached), and which constraints (None: all)."""
+
+    primal: Tensor
+    dual: Tensor
+    index: Tensor | None
 
 
 class Multipliers(nn.Module):
@@ -145,9 +189,10 @@ class LagrangianGame:
         self.game = Game([primal, dual], self._losses, algorithm=algorithm)
 
     # ------------------------------------------------------------ evaluation
-    def evaluate(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """(f, g, h) at the current point, checked: f 0-d, g of shape (num_ineq,),
-        h of shape (num_eq,) (with the graph: detach for logging)."""
+    def evaluate(self, *args: Any, **kwargs: Any) -> tuple[Tensor, _Observed, _Observed]:
+        """f and the observed constraints at the current point, checked: f 0-d; g and h
+        each a tensor of shape (num_ineq,) / (num_eq,), a :class:`Proxy` of two, or a
+        :class:`Sampled` (with the graph: detach for logging)."""
         out = self.objective_and_constraints(*args, **kwargs)
         if not isinstance(out, (tuple, list)) or len(out) != 3:
             got = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
@@ -156,41 +201,73 @@ class LagrangianGame:
         if not isinstance(f, Tensor) or f.numel() != 1:
             what = tuple(f.shape) if isinstance(f, Tensor) else type(f).__name__
             raise ValueError(f"objective_and_constraints: the objective f must be a scalar tensor, got {what}")
-        return f.reshape(()), self._checked("g", g, self.num_ineq, f), self._checked("h", h, self.num_eq, f)
+        return f.reshape(()), self._observed("g", g, self.num_ineq, f), self._observed("h", h, self.num_eq, f)
 
-    @staticmethod
-    def _checked(name: str, value: Any, n: int, f: Tensor) -> Tensor:
+    @classmethod
+    def _observed(cls, name: str, value: Any, n: int, f: Tensor) -> _Observed:
         count = "num_ineq" if name == "g" else "num_eq"
         if value is None and n == 0:
-            return f.new_zeros(0)
+            empty = f.new_zeros(0)
+            return _Observed(empty, empty, None)
+        if isinstance(value, Sampled):
+            index = value.indices
+            if not isinstance(index, Tensor) or index.dtype != torch.long or index.dim() != 1 or index.numel() == 0:
+                raise ValueError(
+                    f"objective_and_constraints: {name}'s Sampled indices must be a non-empty long tensor of shape "
+                    f"(k,), got {index.dtype if isinstance(index, Tensor) else type(index).__name__}"
+                )
+            if bool((index < 0).any()) or bool((index >= n).any()):
+                raise ValueError(
+                    f"objective_and_constraints: {name}'s Sampled indices must lie in 0..{n - 1} ({count}={n}), "
+                    f"got {index.tolist()}"
+                )
+            primal, dual = cls._pair(value.values, index.numel(), f"{name}'s Sampled values", "")
+            return _Observed(primal, dual, index)
+        primal, dual = cls._pair(value, n, name, f" ({count}={n})")
+        return _Observed(primal, dual, None)
+
+    @classmethod
+    def _pair(cls, value: Any, n: int, what: str, counted: str) -> tuple[Tensor, Tensor]:
+        """The model's and the multipliers' values of a tensor or a :class:`Proxy`."""
+        if isinstance(value, Proxy):
+            surrogate = cls._shaped(value.surrogate, n, f"{what}'s Proxy surrogate", counted)
+            strict = cls._shaped(value.strict, n, f"{what}'s Proxy strict values", counted)
+            return surrogate, strict.detach()
+        value = cls._shaped(value, n, what, counted)
+        return value, value.detach()
+
+    @staticmethod
+    def _shaped(value: Any, n: int, what: str, counted: str) -> Tensor:
         if not isinstance(value, Tensor):
             raise ValueError(
-                f"objective_and_constraints: {name} must be a tensor of shape ({n},) ({count}={n}), "
-                f"got {type(value).__name__}"
+                f"objective_and_constraints: {what} must be a tensor of shape ({n},){counted}, got "
+                f"{type(value).__name__} (a tensor, a gameopt.Proxy or a gameopt.Sampled)"
             )
         if value.dim() == 0 and n == 1:
             return value.reshape(1)
         if tuple(value.shape) != (n,):
             raise ValueError(
-                f"objective_and_constraints: {name} must have shape ({n},) ({count}={n}), got {tuple(value.shape)}"
+                f"objective_and_constraints: {what} must have shape ({n},){counted}, got {tuple(value.shape)}"
             )
         return value
 
     def _losses(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         f, g, h = self.evaluate(*args, **kwargs)
         lam, mu = self.multiplier_module.values()
+        lam = lam if g.index is None else lam[g.index]  # the observed constraints' multipliers
+        mu = mu if h.index is None else mu[h.index]
         c = self.penalty
         if c == 0:
-            primal = f + (lam * g).sum() + (mu * h).sum()
+            primal = f + (lam * g.primal).sum() + (mu * h.primal).sum()
         else:
             primal = (
                 f
-                + ((lam + c * g).clamp_min(0).square() - lam.square()).sum() / (2 * c)
-                + (mu * h).sum()
-                + (c / 2) * h.square().sum()
+                + ((lam + c * g.primal).clamp_min(0).square() - lam.square()).sum() / (2 * c)
+                + (mu * h.primal).sum()
+                + (c / 2) * h.primal.square().sum()
             )
-        dual = -((lam * g).sum() + (mu * h).sum())
-        return primal, dual, {"objective": f.detach(), "violation": _violation(g.detach(), h.detach())}
+        dual = -((lam * g.dual).sum() + (mu * h.dual).sum())
+        return primal, dual, {"objective": f.detach(), "violation": _violation(g.dual, h.dual)}
 
     # ------------------------------------------------------------------ API
     def step(self, *args: Any, **kwargs: Any) -> StepLosses:
