@@ -335,20 +335,24 @@ def test_every_first_order_algorithm_runs_and_multipliers_stay_feasible() -> Non
 
 
 def test_the_docs_lagrangian_example_runs_as_pasted(capsys) -> None:
-    """docs/constrained.md's code block, as a user pastes it: the constraint ends
-    satisfied with a positive multiplier."""
+    """docs/constrained.md's code blocks, run one after the other as a user pastes
+    them: the first example's constraint ends satisfied with a positive multiplier."""
     import re
     from pathlib import Path
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "constrained.md").read_text()
-    (block,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 5
     state = torch.get_rng_state()
     try:
         scope: dict = {"__name__": "example"}
-        exec(compile(block, "docs/constrained.md", "exec"), scope)
+        exec(compile(blocks[0], "docs/constrained.md", "exec"), scope)
+        assert scope["out"].metrics["violation"] <= 1e-6 and float(scope["lam"][0]) > 0
+        for block in blocks[1:]:
+            exec(compile(block, "docs/constrained.md", "exec"), scope)
+            assert all(torch.isfinite(p).all() for p in scope["model"].parameters())
     finally:
         torch.set_rng_state(state)
-    assert scope["out"].metrics["violation"] <= 1e-6 and float(scope["lam"][0]) > 0
     assert "objective" in capsys.readouterr().out
 
 
