@@ -189,10 +189,17 @@ class LagrangianGame:
         self.game = Game([primal, dual], self._losses, algorithm=algorithm)
 
     # ------------------------------------------------------------ evaluation
-    def evaluate(self, *args: Any, **kwargs: Any) -> tuple[Tensor, _Observed, _Observed]:
-        """f and the observed constraints at the current point, checked: f 0-d; g and h
-        each a tensor of shape (num_ineq,) / (num_eq,), a :class:`Proxy` of two, or a
-        :class:`Sampled` (with the graph: detach for logging)."""
+    def evaluate(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """(f, g, h) at the current point as the model's Lagrangian sees them, checked:
+        f 0-d, g of shape (num_ineq,), h of shape (num_eq,) (with the graph: detach for
+        logging). A :class:`Proxy` gives its surrogate; a :class:`Sampled` its observed
+        values only (shape (k,))."""
+        f, g, h = self._observe(*args, **kwargs)
+        return f, g.primal, h.primal
+
+    def _observe(self, *args: Any, **kwargs: Any) -> tuple[Tensor, _Observed, _Observed]:
+        """f and the observed constraints: what the model's Lagrangian and the
+        multipliers' ascent each use, and which constraints were observed."""
         out = self.objective_and_constraints(*args, **kwargs)
         if not isinstance(out, (tuple, list)) or len(out) != 3:
             got = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
@@ -252,7 +259,7 @@ class LagrangianGame:
         return value
 
     def _losses(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-        f, g, h = self.evaluate(*args, **kwargs)
+        f, g, h = self._observe(*args, **kwargs)
         lam, mu = self.multiplier_module.values()
         lam = lam if g.index is None else lam[g.index]  # the observed constraints' multipliers
         mu = mu if h.index is None else mu[h.index]
