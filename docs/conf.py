@@ -146,16 +146,19 @@ def _api_page(app) -> None:  # noqa: ANN001
         ("gameopt.diagnostics", []),
         ("gameopt.updates", [f"   :exclude-members: {in_all}"]),
         ("gameopt.debug", []),
+        ("gameopt.protocols", []),
     ]:
         members = [] if any(":members:" in e or ":no-members:" in e for e in extra) else ["   :members:"]
         lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}"] + members + extra + [""]
     lines += ["Internals an algorithm meets", "----------------------------", ""]
     lines += [".. py:module:: gameopt.autodiff", "", ".. py:module:: gameopt.evaluation", ""]
+    lines += [".. py:module:: gameopt.buffer", "", ".. py:module:: gameopt.game", ""]
     for cls in (
         "gameopt.autodiff.Linearization",
         "gameopt.autodiff.ZeroSumLinearization",
-        "gameopt.algorithms.base.Wrapper",
         "gameopt.buffer.FlatParameter",
+        "gameopt.buffer.FlatBuffer",
+        "gameopt.game.Oracle",
     ):
         lines += [f".. autoclass:: {cls}", ""]
     out = DOCS / "api" / "index.rst"

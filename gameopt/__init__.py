@@ -1,6 +1,6 @@
 """gameopt: optimization of differentiable multi-player games in PyTorch."""
 
-from . import debug, diagnostics, dice
+from . import constraints, debug, diagnostics, dice, protocols
 from .algorithms import (
     ACGD,
     CGD,
@@ -23,9 +23,9 @@ from .algorithms import (
     SimGD,
     Stackelberg,
 )
-from .buffer import FlatBuffer
+from .algorithms.base import Wrapper
 from .evaluation import DynamicLossScale, LossError, StepLosses
-from .game import Game, NonFiniteError, Oracle
+from .game import Game, NonFiniteError
 from .lagrangian import LagrangianGame, Proxy, Sampled
 from .normal_form import nash_conv
 from .optim import GameOptimizer
@@ -34,48 +34,49 @@ from .updates import Adam, Momentum, NuPI, Plain, RMSProp, UpdateRule
 from .vec import Vec
 
 __all__ = [
-    "debug",
-    "diagnostics",
-    "dice",
     "ACGD",
-    "CGD",
-    "LA",
-    "LOLA",
-    "SGA",
-    "SOS",
-    "ConsensusOptimization",
-    "DynamicLossScale",
-    "LossError",
-    "StepLosses",
-    "HamiltonianGD",
-    "Hyper",
     "Adam",
     "Algorithm",
     "AltGD",
+    "AnchoredExtragradient",
     "Averaging",
+    "CGD",
+    "ConsensusOptimization",
+    "DynamicLossScale",
     "Extragradient",
-    "FlatBuffer",
+    "FollowTheRidge",
     "Game",
     "GameOptimizer",
+    "HamiltonianGD",
+    "Hyper",
+    "LA",
+    "LOLA",
     "LagrangianGame",
     "Lookahead",
+    "LossError",
     "Momentum",
-    "NuPI",
     "NonFiniteError",
+    "NuPI",
     "Optimistic",
-    "Oracle",
+    "PastExtragradient",
     "Plain",
-    "RMSProp",
     "Player",
     "Proxy",
+    "RMSProp",
+    "SGA",
+    "SOS",
     "Sampled",
     "SimGD",
+    "Stackelberg",
+    "StepLosses",
     "UpdateRule",
     "Vec",
-    "AnchoredExtragradient",
-    "PastExtragradient",
-    "FollowTheRidge",
-    "Stackelberg",
+    "Wrapper",
+    "constraints",
+    "debug",
+    "diagnostics",
+    "dice",
     "nash_conv",
+    "protocols",
 ]
 __version__ = "0.1.0"

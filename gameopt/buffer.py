@@ -97,7 +97,7 @@ _STALE_HINT = "take player.params (or player.buffers[i].data) again and build th
 
 
 class FlatParameter(Tensor):
-    """The flat parameter tensor of a :class:`FlatBuffer` (``player.params``).
+    """The flat parameter tensor of a :class:`~gameopt.buffer.FlatBuffer` (``player.params``).
 
     A plain 1-D tensor (``requires_grad=False``, a leaf) over the buffer's storage:
     in-place writes are what the module computes with, and it shares the version

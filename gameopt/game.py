@@ -105,7 +105,7 @@ class Oracle:
         returned vector is meaningless). The result is borrowed (see the class): the
         game's gradient buffer, valid until the next call.
 
-        ξ is not checked here: :meth:`Game.step` checks the update and the new state,
+        ξ is not checked here: :meth:`~gameopt.Game.step` checks the update and the new state,
         which every ξ flows into. A point is checked before anything runs there."""
         which = range(self.num_players) if players is None else players
         with (
@@ -147,7 +147,7 @@ class Oracle:
 
         ``check``: refuse a non-finite ξ right away (before an iterative solve, say).
         An algorithm whose update is non-finite whenever ξ is may skip it: the
-        check of the update in :meth:`Game.step` covers ξ then. A data-parallel
+        check of the update in :meth:`~gameopt.Game.step` covers ξ then. A data-parallel
         game always checks: a rank that failed takes part in no later collective,
         so every rank must stop here together.
 
@@ -189,7 +189,7 @@ class Oracle:
 
     def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
         """A new (pool) vector: the point reached from the current point (or ``at``)
-        by the step ``delta``, within the players' feasible sets (see :meth:`Game.move`)."""
+        by the step ``delta``, within the players' feasible sets (see :meth:`~gameopt.Game.move`)."""
         return self.game.move(self.params if at is None else at, delta, out=self.empty())
 
     def project_nonconvex_(self, vec: Vec) -> Vec:
@@ -199,7 +199,7 @@ class Oracle:
 
     def delta_to(self, target: Vec) -> Vec:
         """A new (pool) vector: the step whose move from the current point lands on
-        the feasible point ``target`` (see :meth:`Game.delta_to`)."""
+        the feasible point ``target`` (see :meth:`~gameopt.Game.delta_to`)."""
         return self.game.delta_to(self.params, target, out=self.empty())
 
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:

@@ -42,7 +42,7 @@ class Player:
     """One player of a game: its parameters live in flat buffers.
 
     The module's trainable parameters (``requires_grad=True``; tied weights once,
-    in ``module.parameters()`` order) move into one contiguous :class:`FlatBuffer`
+    in ``module.parameters()`` order) move into one contiguous :class:`~gameopt.buffer.FlatBuffer`
     per (device, dtype) group and become views of it; their ``.grad`` are views of
     the matching flat gradient buffer. Frozen parameters stay where they are.
 

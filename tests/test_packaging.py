@@ -119,3 +119,15 @@ def test_gameopt_has_no_import_cycle() -> None:
     cycles = [(a, b) for i, a in enumerate(modules) for b in modules[i + 1 :] if reaches(a, b) and reaches(b, a)]
     assert "gameopt.autodiff" in graph and "gameopt.game" in graph["gameopt.lagrangian"]
     assert cycles == []
+
+
+def test_the_public_api_is_sorted_and_holds_no_internals() -> None:
+    import gameopt
+
+    names = gameopt.__all__
+    assert names == sorted(names, key=lambda n: (n[0].islower(), n)) and len(set(names)) == len(names)
+    assert all(hasattr(gameopt, n) for n in names)
+    for public in ("Wrapper", "protocols", "constraints", "diagnostics", "Proxy", "Sampled", "NuPI"):
+        assert public in names
+    for internal in ("Oracle", "FlatBuffer"):
+        assert internal not in names and not hasattr(gameopt, internal)

@@ -22,7 +22,8 @@ import torch.utils.checkpoint
 from torch import Tensor, nn
 
 import gameopt
-from gameopt import FlatBuffer, Player
+from gameopt import Player
+from gameopt.buffer import FlatBuffer
 
 F64 = torch.float64
 
@@ -945,7 +946,7 @@ def test_player_from_module_parameters_generator() -> None:
 
 
 def test_public_exports() -> None:
-    assert gameopt.Player is Player and gameopt.FlatBuffer is FlatBuffer
+    assert gameopt.Player is Player and "FlatBuffer" not in gameopt.__all__  # an internal: gameopt.buffer.FlatBuffer
 
 
 # ------------------------------------------- 19. the flat parameter in torch.optim

@@ -494,7 +494,7 @@ def test_a_kept_linearization_does_not_pin_the_parameters(zero_sum) -> None:
     """A linearization kept alive (a traceback in a notebook, say) must not stop the
     modules from being fused again: its graph holds aliases, not the parameters."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    lin = gameopt.Oracle(game, game.losses).linearize(zero_sum=zero_sum)
+    lin = gameopt.game.Oracle(game, game.losses).linearize(zero_sum=zero_sum)
     modules = [p.module for p in game.players]
     other = gameopt.Game(modules, game.losses, algorithm=gameopt.SGA(0.1))  # fuses the modules again
     other.step()
@@ -529,10 +529,10 @@ def test_a_module_whose_parameter_dict_was_replaced_still_gets_its_aliases(zero_
     replaced by an equal one (same parameters, so the game sees nothing to re-fuse)
     must not leave the losses on the parameters themselves (ξ would miss them)."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    gameopt.Oracle(game, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
+    gameopt.game.Oracle(game, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
     net = game.players[0].module.layers[0]
     net._parameters = dict(net._parameters)
-    lin = gameopt.Oracle(game, game.losses).linearize(zero_sum=zero_sum)
+    lin = gameopt.game.Oracle(game, game.losses).linearize(zero_sum=zero_sum)
     field = game.layout.from_per_player(game.vector_field())
     for a, b in zip(lin.xi, field):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
