@@ -386,7 +386,7 @@ def backward_passes(name: str, n_players: int) -> int:
     """Reverse passes (runs of autograd's engine) in one step on an n-player quadratic game."""
     from torch.autograd.variable import Variable
 
-    from players.quadratic import QuadraticPlayer, random_quadratic_game
+    from gameopt_players.quadratic import QuadraticPlayer, random_quadratic_game
 
     qg = random_quadratic_game(n_players, 3, seed=0)
     players = [QuadraticPlayer(torch.randn(3, dtype=torch.float64)) for _ in range(n_players)]

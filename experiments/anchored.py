@@ -35,7 +35,7 @@ from experiments.common import (
     run_config,
     save_figure,
 )
-from players.quadratic import QuadraticPlayer, bilinear_losses
+from gameopt_players.quadratic import QuadraticPlayer, bilinear_losses
 
 DIM, SIGMA_MIN, STEPS = 50, 1e-3, 10_000
 ALPHA = 1 / 8  # 1/(8L), L = 1

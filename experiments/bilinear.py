@@ -22,7 +22,7 @@ from experiments.common import (
     run_config,
     save_figure,
 )
-from players.quadratic import QuadraticPlayer, bilinear_losses
+from gameopt_players.quadratic import QuadraticPlayer, bilinear_losses
 
 DIM = 10
 

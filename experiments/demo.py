@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import gameopt
-from players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
+from gameopt_players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
 
 STD, BATCH, LATENT = 0.05, 128, 16
 ALGORITHMS = {

@@ -40,7 +40,7 @@ from experiments.common import (
     write_results,
 )
 from experiments.mixture_gan import gan_algorithm
-from players.gan_conv import (
+from gameopt_players.gan_conv import (
     ConvDiscriminator,
     ConvGenerator,
     class_metrics,

@@ -38,7 +38,7 @@ from experiments.common import (
     run_config,
     save_figure,
 )
-from players.quadratic import QuadraticPlayer
+from gameopt_players.quadratic import QuadraticPlayer
 
 START = (1.0, 1.0)  # (θ, ψ), as in the paper's figures
 

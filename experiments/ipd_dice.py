@@ -67,7 +67,7 @@ from experiments.common import (
     write_results,
 )
 from experiments.common import parser as common_parser
-from players.ipd import IPDPolicy
+from gameopt_players.ipd import IPDPolicy
 
 ROUNDS, BATCH, GAMMA = 150, 512, 0.96
 LR_OUTER, LR_INNER = 0.2, 0.3

@@ -31,7 +31,7 @@ from experiments.common import (
     run_config,
     save_figure,
 )
-from players.matrix_games import (
+from gameopt_players.matrix_games import (
     ROCK_PAPER_SCISSORS,
     MixedStrategy,
     cyclic_matching_pennies,

@@ -67,7 +67,7 @@ from experiments.common import (
     save_figure,
     write_results,
 )
-from players.gan2d import (
+from gameopt_players.gan2d import (
     ACTIVATIONS,
     INITS,
     Discriminator,

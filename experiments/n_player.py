@@ -41,7 +41,7 @@ from experiments.common import (
     run_config,
     save_figure,
 )
-from players.quadratic import QuadraticGame, QuadraticPlayer, random_quadratic_game
+from gameopt_players.quadratic import QuadraticGame, QuadraticPlayer, random_quadratic_game
 
 F64 = torch.float64
 

@@ -47,9 +47,9 @@ from experiments.common import (
     save_figure,
 )
 from experiments.common import parser as common_parser
-from players.ipd import IPDPolicy, discounted_losses, ipd_losses, markov_chain
-from players.matrix_games import SigmoidPolicy, zero_sum_losses
-from players.quadratic import QuadraticPlayer, tandem_losses
+from gameopt_players.ipd import IPDPolicy, discounted_losses, ipd_losses, markov_chain
+from gameopt_players.matrix_games import SigmoidPolicy, zero_sum_losses
+from gameopt_players.quadratic import QuadraticPlayer, tandem_losses
 
 F64 = torch.float64
 GAMMA = 0.96

@@ -34,7 +34,7 @@ from experiments.common import (
     save_figure,
 )
 from gameopt.diagnostics import decompose, eigenvalues
-from players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
+from gameopt_players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
 
 HIDDEN, DEPTH, BATCH, EVAL_BATCH, STD, N_MODES = 8, 2, 128, 256, 0.2, 4
 

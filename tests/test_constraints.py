@@ -239,7 +239,7 @@ def _gap_after(method: str, payoff: torch.Tensor, steps: int, seed: int = 0) -> 
 
 def test_projected_extragradient_reaches_the_linear_programs_value_on_random_games() -> None:
     from experiments.matrix_games import build, game_value
-    from players.matrix_games import random_zero_sum
+    from gameopt_players.matrix_games import random_zero_sum
 
     for seed in (0, 1, 2):
         payoff = random_zero_sum(5, seed)
@@ -252,7 +252,7 @@ def test_projected_extragradient_reaches_the_linear_programs_value_on_random_gam
 
 
 def test_optimistic_multiplicative_weights_converges_on_rock_paper_scissors_where_plain_does_not() -> None:
-    from players.matrix_games import ROCK_PAPER_SCISSORS as RPS
+    from gameopt_players.matrix_games import ROCK_PAPER_SCISSORS as RPS
 
     start = _gap_after("omwu", RPS, 0)
     omwu, mwu = _gap_after("omwu", RPS, 3000), _gap_after("mwu", RPS, 3000)

@@ -17,7 +17,7 @@ from test_algorithms import ALGORITHMS, GENERIC, _lrs
 from torch import nn
 
 import gameopt
-from players.gan_conv import ConvDiscriminator, ConvGenerator, gan_losses
+from gameopt_players.gan_conv import ConvDiscriminator, ConvGenerator, gan_losses
 
 DEVICE = os.environ.get("GAMEOPT_TEST_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(

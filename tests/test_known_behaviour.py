@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 
 import gameopt
-from players.ipd import IPD_LOSSES, IPDPolicy, discounted_losses, ipd_losses, markov_chain
-from players.matrix_games import SigmoidPolicy, zero_sum_losses
-from players.quadratic import QuadraticPlayer, bilinear_losses, random_quadratic_game, tandem_losses
+from gameopt_players.ipd import IPD_LOSSES, IPDPolicy, discounted_losses, ipd_losses, markov_chain
+from gameopt_players.matrix_games import SigmoidPolicy, zero_sum_losses
+from gameopt_players.quadratic import QuadraticPlayer, bilinear_losses, random_quadratic_game, tandem_losses
 
 F64 = torch.float64
 

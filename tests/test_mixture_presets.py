@@ -15,7 +15,7 @@ from torch import nn
 import gameopt
 from experiments import mixture_gan
 from experiments.common import hyperparameters
-from players.gan2d import mlp, sample_mixture
+from gameopt_players.gan2d import mlp, sample_mixture
 
 # the tables of issue 16 (Mescheder et al. 2017's and Balduzzi et al. 2018's code)
 MESCHEDER = {

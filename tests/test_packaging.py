@@ -55,19 +55,21 @@ def test_import_gameopt_loads_neither_scipy_nor_matplotlib(tmp_path) -> None:
 def test_players_package_is_installed_with_gameopt(tmp_path) -> None:
     out = _check(
         _run(
-            "import pathlib, players.gan2d, players.matrix_games, players.quadratic, players.ipd, gameopt\n"
-            "print(pathlib.Path(players.gan2d.__file__).resolve())",
+            "import pathlib, gameopt_players.gan2d, gameopt_players.matrix_games, gameopt_players.quadratic\n"
+            "import gameopt_players.ipd, gameopt\n"
+            "print(pathlib.Path(gameopt_players.gan2d.__file__).resolve())",
             tmp_path,
         )
     )
     assert Path(out.strip()).name == "gan2d.py"
 
 
-def test_pyproject_packages_players() -> None:
+def test_pyproject_packages_every_package_and_the_players_under_their_own_name() -> None:
     tomllib = pytest.importorskip("tomllib")
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert "players*" in include and "gameopt*" in include
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    on_disk = sorted(".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "gameopt").rglob("__init__.py"))
+    assert sorted(config["packages"]) == sorted([*on_disk, "gameopt_players"])
+    assert config["package-dir"] == {"gameopt_players": "players"}  # no top-level 'players' in site-packages
 
 
 def _readme_python_blocks() -> list[str]:
@@ -78,7 +80,7 @@ def _readme_python_blocks() -> list[str]:
 def test_readme_first_snippet_runs_from_any_folder(tmp_path) -> None:
     """The quick start runs as pasted (its own data), here with 2 of its 500 steps."""
     snippet = _readme_python_blocks()[0]
-    assert "from players.gan2d import" in snippet and "range(500)" in snippet
+    assert "from gameopt_players.gan2d import" in snippet and "range(500)" in snippet
     out = _check(_run(snippet.replace("range(500)", "range(2)"), tmp_path))
     assert out.startswith("generator loss ")
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gameopt
-from players.quadratic import QuadraticPlayer, bilinear_losses
+from gameopt_players.quadratic import QuadraticPlayer, bilinear_losses
 
 torch.manual_seed(0)
 dim = 10

@@ -17,7 +17,7 @@ import numpy as np
 from torch.nn import functional as F
 
 import gameopt
-from players.quadratic import QuadraticPlayer
+from gameopt_players.quadratic import QuadraticPlayer
 
 
 def dirac_losses(gen, disc):

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gameopt
-from players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
+from gameopt_players.gan2d import Discriminator, Generator, gan_losses, mode_metrics, ring_modes, sample_mixture
 
 torch.set_num_threads(1)
 STD, STEPS, BATCH, LATENT = 0.05, 1000, 128, 16

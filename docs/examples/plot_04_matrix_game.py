@@ -17,7 +17,7 @@ import torch
 
 import gameopt
 from gameopt.constraints import Simplex
-from players.matrix_games import ROCK_PAPER_SCISSORS, MixedStrategy, duality_gap, matrix_game_losses
+from gameopt_players.matrix_games import ROCK_PAPER_SCISSORS, MixedStrategy, duality_gap, matrix_game_losses
 
 R = ROCK_PAPER_SCISSORS  # (3, 3), player x's payoff
 start_x = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)

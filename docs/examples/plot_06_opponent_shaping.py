@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gameopt
-from players.ipd import IPDPolicy, discounted_losses, ipd_losses
+from gameopt_players.ipd import IPDPolicy, discounted_losses, ipd_losses
 
 GAMMA = 0.96
 fig, ax = plt.subplots(figsize=(6.5, 4))

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gameopt
-from players.quadratic import QuadraticPlayer, bilinear_losses
+from gameopt_players.quadratic import QuadraticPlayer, bilinear_losses
 
 
 class MyConsensus(gameopt.Algorithm):
