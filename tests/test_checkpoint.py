@@ -202,13 +202,15 @@ def _old_game():
 def test_a_checkpoint_of_the_earlier_format_loads_and_resumes_its_run():
     """tests/data/checkpoint_9d15ce9.pt: written by the package at commit 9d15ce9 (two
     default-named Sequential players, Extra-Adam after 3 steps), with that package's
-    parameters after one more step."""
+    parameters after one more step, computed on the machine that wrote it: another
+    CPU's kernels round the step differently, so the comparison allows rounding."""
     data = torch.load(DATA / "checkpoint_9d15ce9.pt", weights_only=True)
     assert [p["name"] for p in data["checkpoint"]["players"]] == ["Sequential", "Sequential"]
     game, params = _old_game()
     game.load_state_dict(data["checkpoint"])
     game.step()
-    assert all(torch.equal(p.detach(), q) for p, q in zip(params, data["after_one_more_step"]))
+    for p, q in zip(params, data["after_one_more_step"]):
+        torch.testing.assert_close(p.detach(), q, rtol=1e-12, atol=1e-14)
 
 
 def test_an_earlier_checkpoint_still_refuses_players_in_another_order():
