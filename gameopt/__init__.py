@@ -26,7 +26,7 @@ from .algorithms import (
 from .algorithms.base import Wrapper
 from .evaluation import DynamicLossScale, LossError, StepLosses
 from .game import Game, NonFiniteError
-from .lagrangian import LagrangianGame, Proxy, Sampled
+from .lagrangian import LagrangianGame, MultiplicativePenalty, Proxy, Sampled
 from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player
@@ -55,6 +55,7 @@ __all__ = [
     "Lookahead",
     "LossError",
     "Momentum",
+    "MultiplicativePenalty",
     "NonFiniteError",
     "NuPI",
     "Optimistic",

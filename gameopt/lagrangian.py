@@ -40,24 +40,49 @@ is the plain Lagrangian. This is cooper's ``AugmentedLagrangian`` formulation
 Deep Learning"), whose dual Lagrangian is also ``λᵀg + μᵀh``. The game's fixed
 points are still the KKT points: ``[λ + ηg]₊ = λ`` is complementary slackness,
 and there ``max(0, λ + cg) = λ``, so ∇_w L_c = ∇_w L.
+
+With ``formulation="quadratic_penalty"`` there are no multipliers: the model alone
+minimizes
+
+.. math::
+    P_c(w) = f(w) + \\frac{1}{2} \\sum_i c_i \\max(0, g_i(w))^2 + \\frac{1}{2} \\sum_j c_j h_j(w)^2,
+
+the quadratic penalty method (Nocedal & Wright 2006, §17.1), cooper's
+``QuadraticPenalty``. Its minimizers reach the feasible set only as c → ∞; with
+:class:`MultiplicativePenalty` each coefficient grows after every step whose strict
+violation of its constraint exceeds a tolerance (Nocedal & Wright, Framework 17.1;
+cooper's ``MultiplicativePenaltyCoefficientUpdater``). The same updater serves the
+augmented Lagrangian, one coefficient per constraint.
+
+Multipliers may also be a model: ``multipliers=module`` maps the features of the
+observed constraints (``Sampled(values, features)``) to their multipliers, for more
+constraints than one can hold a multiplier each (cooper's ``ImplicitMultiplier``,
+Narasimhan et al. 2020, "Approximate Heavily-Constrained Learning with Lagrange
+Multiplier Models"). The model is the multiplier player: its parameters ascend
+through its outputs, and for inequalities its outputs must be non-negative (end it
+with a softplus or a ReLU).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from .algorithms.base import Algorithm
+from .checks import check_bool, check_number
 from .constraints import NonNegative
 from .evaluation import StepLosses
 from .game import Game
 from .player import Player
 
 ObjectiveAndConstraints = Callable[..., Sequence[Any]]
+FORMULATIONS = ("lagrangian", "augmented_lagrangian", "quadratic_penalty")
+KINDS = {"ineq": ("g", "num_ineq", "inequality"), "eq": ("h", "num_eq", "equality")}
 
 
 class Proxy(NamedTuple):
@@ -81,45 +106,126 @@ class Proxy(NamedTuple):
 
 class Sampled(NamedTuple):
     """Some of the constraints, observed at this step, in place of ``g`` or ``h``: only
-    the multipliers of the constraints at ``indices`` move, and only those
-    constraints enter the model's Lagrangian (cooper's ``IndexedMultiplier`` with
-    ``ConstraintState(violation=values, constraint_features=indices)``). For very many
-    constraints, observed a minibatch at a time.
+    the multipliers of the observed constraints move, and only those constraints
+    enter the model's Lagrangian. For very many constraints, observed a minibatch at
+    a time.
+
+    With dense multipliers (the default) ``features`` are the observed constraints'
+    indices (cooper's ``IndexedMultiplier``, ``ConstraintState(violation=values,
+    constraint_features=indices)``); with a multiplier model
+    (``LagrangianGame(multipliers=module)``) they are what the model maps to the
+    multipliers (cooper's ``ImplicitMultiplier``).
 
     Args:
         values: the observed constraints' values, shape (k,), or a :class:`Proxy` of two.
-        indices: their indices, a long tensor of shape (k,), each in ``0..num-1``.
+        features: their indices, a long tensor of shape (k,), each in ``0..num-1``; or,
+            for a multiplier model, its input, a tensor of shape (k, ...).
     """
 
     values: Tensor | Proxy
-    indices: Tensor
+    features: Tensor
+
+    @property
+    def indices(self) -> Tensor:
+        """``features``, as dense multipliers read them."""
+        return self.features
+
+
+@dataclass(frozen=True)
+class MultiplicativePenalty:
+    """Grow each penalty coefficient by ``growth`` after a step whose strict violation
+    of its constraint exceeds ``tolerance`` (``max(0, gᵢ)``, ``|hⱼ|``):
+
+    .. math:: c_i ← \\begin{cases} \\text{growth} \\cdot c_i & v_i > \\text{tolerance} \\\\
+        c_i^{(0)} & v_i = 0 \\text{ (an inequality, with restart)} \\\\
+        c_i & \\text{otherwise} \\end{cases}
+
+    (Nocedal & Wright 2006, Framework 17.1; cooper's
+    ``MultiplicativePenaltyCoefficientUpdater`` with one coefficient per constraint).
+    The violations are those at the start of the step; only the observed constraints'
+    coefficients change (see :class:`Sampled`).
+
+    Args:
+        growth: the factor, ≥ 1.
+        tolerance: the violation below which a coefficient stays, ≥ 0.
+        restart: whether a satisfied inequality's coefficient returns to its start.
+
+    Raises:
+        ValueError: a setting outside its range.
+    """
+
+    growth: float = 1.01
+    tolerance: float = 1e-4
+    restart: bool = True
+
+    def __post_init__(self) -> None:
+        check_number("growth", self.growth, low=1.0)
+        check_number("tolerance", self.tolerance, low=0.0)
+        check_bool("restart", self.restart)
+
+    def updated(self, c: Tensor, start: Tensor, strict: Tensor, *, inequality: bool) -> Tensor:
+        """The coefficients ``c`` after a step that observed the strict values ``strict``
+        (``start``: their values at the start of the run)."""
+        violation = strict.clamp_min(0) if inequality else strict.abs()
+        new = torch.where(violation > self.tolerance, c * self.growth, c)
+        if self.restart and inequality:
+            new = torch.where(violation == 0, start, new)
+        return new
 
 
 class _Observed(NamedTuple):
     """One kind of constraint as a step observed it: what the model's Lagrangian uses,
-    what the multipliers ascend on (detached), and which constraints (None: all)."""
+    what the multipliers ascend on (detached), and which constraints (None: all) —
+    their indices, or a multiplier model's features."""
 
     primal: Tensor
     dual: Tensor
-    index: Tensor | None
+    features: Tensor | None
 
 
 class Multipliers(nn.Module):
-    """The multiplier player's module: ``ineq`` (λ, one per inequality) and ``eq``
-    (μ, one per equality), zeros at the start. A group with no constraint has no
-    parameter."""
+    """The multiplier player's module: for each kind, ``ineq`` (λ, one per inequality)
+    and ``eq`` (μ, one per equality), either a parameter (zeros at the start) or a
+    model of the constraints' features. A kind with no constraint has neither."""
 
-    def __init__(self, num_ineq: int, num_eq: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self, num_ineq: int, num_eq: int, dtype: torch.dtype, device: torch.device, models: Mapping[str, nn.Module]
+    ) -> None:
         super().__init__()
-        if num_ineq:
-            self.ineq = nn.Parameter(torch.zeros(num_ineq, dtype=dtype, device=device))
-        if num_eq:
-            self.eq = nn.Parameter(torch.zeros(num_eq, dtype=dtype, device=device))
+        for kind, n in (("ineq", num_ineq), ("eq", num_eq)):
+            if kind in models:
+                self.add_module(kind, models[kind])
+            elif n:
+                self.register_parameter(kind, nn.Parameter(torch.zeros(n, dtype=dtype, device=device)))
         self._empty = torch.zeros(0, dtype=dtype, device=device)
 
-    def values(self) -> tuple[Tensor, Tensor]:
-        """(λ, μ) as live parameters; an empty tensor for a group with no constraint."""
-        return getattr(self, "ineq", self._empty), getattr(self, "eq", self._empty)
+    def is_model(self, kind: str) -> bool:
+        return isinstance(getattr(self, kind, None), nn.Module)
+
+    def observed(self, kind: str, observed: _Observed) -> Tensor:
+        """The multipliers of the constraints a step observed (live: with the graph)."""
+        held = getattr(self, kind, None)
+        if held is None:
+            return self._empty
+        if not isinstance(held, nn.Module):
+            return held if observed.features is None else held[observed.features]
+        k = observed.dual.numel()
+        out = held(observed.features)
+        if not isinstance(out, Tensor) or out.numel() != k:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(f"the {kind} multiplier model must return one multiplier per constraint ({k}), got {got}")
+        out = out.reshape(k)
+        if kind == "ineq" and bool((out.detach() < 0).any()):
+            raise ValueError(
+                "the ineq multiplier model returned a negative multiplier; inequality multipliers are non-negative: "
+                "end the model with a non-negative map (softplus, ReLU)"
+            )
+        return out
+
+    def values(self) -> tuple[Tensor | None, Tensor | None]:
+        """(λ, μ) as live parameters; an empty tensor for a kind with no constraint,
+        None for a kind held by a model."""
+        return tuple(None if self.is_model(k) else getattr(self, k, self._empty) for k in ("ineq", "eq"))  # type: ignore[return-value]
 
 
 def _count(name: str, value: Any) -> int:
@@ -128,9 +234,45 @@ def _count(name: str, value: Any) -> int:
     return value
 
 
+def _models(multipliers: Any, num_ineq: int, num_eq: int) -> dict[str, nn.Module]:
+    """The multiplier models by kind, from ``LagrangianGame(multipliers=...)``."""
+    if multipliers is None:
+        return {}
+    if isinstance(multipliers, nn.Module):
+        if num_ineq and num_eq:
+            raise ValueError(
+                "multipliers: one model for both inequalities and equalities; pass {'ineq': model, 'eq': model} "
+                "(or a model for one kind: the other keeps a multiplier per constraint)"
+            )
+        return {"ineq" if num_ineq else "eq": multipliers}
+    if not isinstance(multipliers, Mapping):
+        raise TypeError(f"multipliers must be an nn.Module or a dict of them by kind, got {type(multipliers).__name__}")
+    for kind, model in multipliers.items():
+        if kind not in KINDS:
+            raise ValueError(f"multipliers: unknown kind {kind!r}; the kinds are 'ineq' and 'eq'")
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"multipliers[{kind!r}] must be an nn.Module, got {type(model).__name__}")
+        if not (num_ineq if kind == "ineq" else num_eq):
+            raise ValueError(f"multipliers[{kind!r}]: a model for a kind with no constraint ({KINDS[kind][1]}=0)")
+    return dict(multipliers)
+
+
+def _formulation(formulation: str | None, penalty: float) -> str:
+    if formulation is None:
+        return "augmented_lagrangian" if penalty > 0 else "lagrangian"
+    if formulation not in FORMULATIONS:
+        raise ValueError(f"formulation must be one of {FORMULATIONS}, got {formulation!r}")
+    if formulation == "lagrangian" and penalty > 0:
+        raise ValueError("formulation='lagrangian' takes no penalty (penalty > 0 is the augmented Lagrangian)")
+    if formulation != "lagrangian" and penalty == 0:
+        raise ValueError(f"formulation={formulation!r} needs a penalty coefficient c > 0 (penalty=c)")
+    return formulation
+
+
 class LagrangianGame:
     """Minimize ``f(w)`` subject to ``g(w) ≤ 0`` and ``h(w) = 0``, as a game between the model and its
-    Lagrange multipliers (see the module docstring for the equations).
+    Lagrange multipliers, or by a quadratic penalty (see the module docstring for the
+    equations).
 
     Args:
         model: the primal player: an ``nn.Module`` or a :class:`Player` (which may
@@ -139,22 +281,38 @@ class LagrangianGame:
             objective, the inequality values ``g`` of shape ``(num_ineq,)`` and the
             equality values ``h`` of shape ``(num_eq,)``. A group with no
             constraint may be ``None`` (or empty); a single constraint may be a
-            0-d tensor. Checked at every evaluation.
+            0-d tensor; ``g`` or ``h`` may be a :class:`Proxy` or a :class:`Sampled`.
+            Checked at every evaluation.
         num_ineq, num_eq: the numbers of constraints (not both 0).
         algorithm: a first-order gameopt algorithm (default ``SimGD(1e-3)``); its
-            per-player learning rates are ``[primal, multipliers]``.
-        penalty: ``c ≥ 0`` of the augmented Lagrangian (0: the plain Lagrangian).
+            per-player learning rates are ``[model, multipliers]`` (only the model's
+            with the quadratic penalty).
+        penalty: ``c ≥ 0``, the penalty coefficient (0: the plain Lagrangian; > 0: the
+            augmented Lagrangian, or the quadratic penalty's starting coefficient).
+        formulation: ``"lagrangian"``, ``"augmented_lagrangian"`` or
+            ``"quadratic_penalty"`` (default: the Lagrangian, augmented when
+            ``penalty > 0``).
+        penalty_update: a :class:`MultiplicativePenalty` that grows each constraint's
+            coefficient after each step (the coefficients are then one per constraint,
+            in :attr:`penalties` and in checkpoints).
+        multipliers: a multiplier model (an ``nn.Module`` mapping the observed
+            constraints' features, shape (k, ...), to their k multipliers) for the one
+            kind of constraint the game has, or ``{"ineq": model, "eq": model}``. With a
+            model, that kind must be returned as ``Sampled(values, features)``.
 
     ``step(*args, **kwargs)`` runs one step of the game and returns its losses at the
-    start of the step (the primal loss ``L_c`` and the multipliers' ``−(λᵀg + μᵀh)``)
+    start of the step (the primal loss and the multipliers' ``−(λᵀg + μᵀh)``)
     with the metrics ``objective`` (f) and ``violation`` (max(0, gᵢ) and ``|hⱼ|`` at
-    their largest). :attr:`multipliers` is (λ, μ); ``game`` the
-    :class:`~gameopt.Game`, whose ``state_dict`` holds the multipliers as a player.
+    their largest). ``game`` is the :class:`~gameopt.Game`, whose players are
+    ``[model, multipliers]`` (``[model]`` with the quadratic penalty).
 
     Raises:
-        ValueError: no constraints (``num_ineq`` and ``num_eq`` both 0) or a negative
-            or non-finite ``penalty``.
-        TypeError: ``objective_and_constraints`` is not callable.
+        ValueError: no constraints (``num_ineq`` and ``num_eq`` both 0), a negative
+            or non-finite ``penalty``, a formulation that does not fit it, a
+            ``penalty_update`` without a penalty or with a multiplier model, or
+            ``multipliers`` that do not fit the constraints.
+        TypeError: ``objective_and_constraints`` is not callable, or ``multipliers``
+            or ``penalty_update`` of the wrong type.
     """
 
     def __init__(
@@ -166,6 +324,9 @@ class LagrangianGame:
         num_eq: int = 0,
         algorithm: Algorithm | None = None,
         penalty: float = 0.0,
+        formulation: str | None = None,
+        penalty_update: MultiplicativePenalty | None = None,
+        multipliers: nn.Module | Mapping[str, nn.Module] | None = None,
     ) -> None:
         self.num_ineq, self.num_eq = _count("num_ineq", num_ineq), _count("num_eq", num_eq)
         if num_ineq == 0 and num_eq == 0:
@@ -177,14 +338,36 @@ class LagrangianGame:
         if penalty < 0:
             raise ValueError(f"penalty must be >= 0, got {penalty!r}")
         self.penalty = float(penalty)
+        self.formulation = _formulation(formulation, self.penalty)
+        models = _models(multipliers, num_ineq, num_eq)
+        if self.formulation == "quadratic_penalty" and models:
+            raise ValueError("formulation='quadratic_penalty' has no multipliers; drop multipliers=")
+        if penalty_update is not None:
+            if not isinstance(penalty_update, MultiplicativePenalty):
+                raise TypeError(f"penalty_update must be a gameopt.MultiplicativePenalty, got {penalty_update!r}")
+            if self.formulation == "lagrangian":
+                raise ValueError(
+                    "penalty_update needs a penalty: formulation='augmented_lagrangian' or 'quadratic_penalty'"
+                )
+            if models:
+                raise ValueError("penalty_update keeps a coefficient per constraint index; a multiplier model has none")
+        self.penalty_update = penalty_update
         self.objective_and_constraints = objective_and_constraints
         primal = model if isinstance(model, Player) else Player(model)
         first = primal.parameters[0]
-        self.multiplier_module = Multipliers(num_ineq, num_eq, first.dtype, first.device)
+        self._penalties = {
+            kind: torch.full((n,), self.penalty, dtype=first.dtype, device=first.device)
+            for kind, n in (("ineq", num_ineq), ("eq", num_eq))
+        }
+        self._seen: tuple[_Observed, _Observed] | None = None  # the constraints at the start of a step
+        if self.formulation == "quadratic_penalty":
+            self.multiplier_module = None
+            self.game = Game([primal], self._losses, algorithm=algorithm)
+            return
+        self.multiplier_module = Multipliers(num_ineq, num_eq, first.dtype, first.device, models)
+        dense_ineq = num_ineq and "ineq" not in models
         dual = Player(
-            self.multiplier_module,
-            name="multipliers",
-            constraint={"ineq": NonNegative()} if num_ineq else None,
+            self.multiplier_module, name="multipliers", constraint={"ineq": NonNegative()} if dense_ineq else None
         )
         self.game = Game([primal, dual], self._losses, algorithm=algorithm)
 
@@ -208,91 +391,185 @@ class LagrangianGame:
         if not isinstance(f, Tensor) or f.numel() != 1:
             what = tuple(f.shape) if isinstance(f, Tensor) else type(f).__name__
             raise ValueError(f"objective_and_constraints: the objective f must be a scalar tensor, got {what}")
-        return f.reshape(()), self._observed("g", g, self.num_ineq, f), self._observed("h", h, self.num_eq, f)
+        return f.reshape(()), self._observed("ineq", g, f), self._observed("eq", h, f)
 
-    @classmethod
-    def _observed(cls, name: str, value: Any, n: int, f: Tensor) -> _Observed:
-        count = "num_ineq" if name == "g" else "num_eq"
+    def _observed(self, kind: str, value: Any, f: Tensor) -> _Observed:
+        name, count, _ = KINDS[kind]
+        n = self.num_ineq if kind == "ineq" else self.num_eq
+        model = self.multiplier_module is not None and self.multiplier_module.is_model(kind)
         if value is None and n == 0:
             empty = f.new_zeros(0)
             return _Observed(empty, empty, None)
-        if isinstance(value, Sampled):
-            index = value.indices
-            if not isinstance(index, Tensor) or index.dtype != torch.long or index.dim() != 1 or index.numel() == 0:
+        if model and not isinstance(value, Sampled):
+            raise ValueError(
+                f"objective_and_constraints: the {kind} multipliers are a model, so {name} must be a "
+                f"gameopt.Sampled(values, features), got {type(value).__name__}"
+            )
+        if not isinstance(value, Sampled):
+            primal, dual = _pair(value, n, name, f" ({count}={n})")
+            return _Observed(primal, dual, None)
+        features = value.features
+        if model:
+            k = features.shape[0] if isinstance(features, Tensor) and features.dim() > 0 else 0
+            if k == 0:
+                raise ValueError(
+                    f"objective_and_constraints: {name}'s Sampled features must be a tensor of shape (k, ...), k >= 1, "
+                    f"got {tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__}"
+                )
+        else:
+            if (
+                not isinstance(features, Tensor)
+                or features.dtype != torch.long
+                or features.dim() != 1
+                or features.numel() == 0
+            ):
                 raise ValueError(
                     f"objective_and_constraints: {name}'s Sampled indices must be a non-empty long tensor of shape "
-                    f"(k,), got {index.dtype if isinstance(index, Tensor) else type(index).__name__}"
+                    f"(k,), got {features.dtype if isinstance(features, Tensor) else type(features).__name__}"
                 )
-            if bool((index < 0).any()) or bool((index >= n).any()):
+            if bool((features < 0).any()) or bool((features >= n).any()):
                 raise ValueError(
                     f"objective_and_constraints: {name}'s Sampled indices must lie in 0..{n - 1} ({count}={n}), "
-                    f"got {index.tolist()}"
+                    f"got {features.tolist()}"
                 )
-            primal, dual = cls._pair(value.values, index.numel(), f"{name}'s Sampled values", "")
-            return _Observed(primal, dual, index)
-        primal, dual = cls._pair(value, n, name, f" ({count}={n})")
-        return _Observed(primal, dual, None)
+            k = features.numel()
+        primal, dual = _pair(value.values, k, f"{name}'s Sampled values", "")
+        return _Observed(primal, dual, features)
 
-    @classmethod
-    def _pair(cls, value: Any, n: int, what: str, counted: str) -> tuple[Tensor, Tensor]:
-        """The model's and the multipliers' values of a tensor or a :class:`Proxy`."""
-        if isinstance(value, Proxy):
-            surrogate = cls._shaped(value.surrogate, n, f"{what}'s Proxy surrogate", counted)
-            strict = cls._shaped(value.strict, n, f"{what}'s Proxy strict values", counted)
-            return surrogate, strict.detach()
-        value = cls._shaped(value, n, what, counted)
-        return value, value.detach()
+    def _coefficients(self, kind: str, observed: _Observed) -> Tensor | float:
+        """The observed constraints' penalty coefficients (one number without an updater)."""
+        if self.penalty_update is None:
+            return self.penalty
+        c = self._penalties[kind]
+        return c if observed.features is None else c[observed.features]
 
-    @staticmethod
-    def _shaped(value: Any, n: int, what: str, counted: str) -> Tensor:
-        if not isinstance(value, Tensor):
-            raise ValueError(
-                f"objective_and_constraints: {what} must be a tensor of shape ({n},){counted}, got "
-                f"{type(value).__name__} (a tensor, a gameopt.Proxy or a gameopt.Sampled)"
-            )
-        if value.dim() == 0 and n == 1:
-            return value.reshape(1)
-        if tuple(value.shape) != (n,):
-            raise ValueError(
-                f"objective_and_constraints: {what} must have shape ({n},){counted}, got {tuple(value.shape)}"
-            )
-        return value
-
-    def _losses(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    def _losses(self, *args: Any, **kwargs: Any) -> tuple[Tensor, ...]:
         f, g, h = self._observe(*args, **kwargs)
-        lam, mu = self.multiplier_module.values()
-        lam = lam if g.index is None else lam[g.index]  # the observed constraints' multipliers
-        mu = mu if h.index is None else mu[h.index]
-        c = self.penalty
-        if c == 0:
+        if self._seen is None:
+            self._seen = (g, h)
+        metrics = {"objective": f.detach(), "violation": _violation(g.dual, h.dual)}
+        cg, ch = self._coefficients("ineq", g), self._coefficients("eq", h)
+        if self.multiplier_module is None:  # the quadratic penalty
+            primal = f + (cg * g.primal.clamp_min(0).square()).sum() / 2 + (ch * h.primal.square()).sum() / 2
+            return primal, metrics
+        lam = self.multiplier_module.observed("ineq", g)
+        mu = self.multiplier_module.observed("eq", h)
+        if self.formulation == "lagrangian":
             primal = f + (lam * g.primal).sum() + (mu * h.primal).sum()
-        else:
+        elif self.penalty_update is None:
+            c = self.penalty
             primal = (
                 f
                 + ((lam + c * g.primal).clamp_min(0).square() - lam.square()).sum() / (2 * c)
                 + (mu * h.primal).sum()
                 + (c / 2) * h.primal.square().sum()
             )
+        else:
+            primal = (
+                f
+                + (((lam + cg * g.primal).clamp_min(0).square() - lam.square()) / (2 * cg)).sum()
+                + (mu * h.primal).sum()
+                + (ch * h.primal.square()).sum() / 2
+            )
         dual = -((lam * g.dual).sum() + (mu * h.dual).sum())
-        return primal, dual, {"objective": f.detach(), "violation": _violation(g.dual, h.dual)}
+        return primal, dual, metrics
 
     # ------------------------------------------------------------------ API
     def step(self, *args: Any, **kwargs: Any) -> StepLosses:
-        """One step of the game; the arguments go to ``objective_and_constraints``."""
-        return self.game.step(*args, **kwargs)
+        """One step of the game; the arguments go to ``objective_and_constraints``.
+        With a ``penalty_update``, the observed constraints' coefficients then grow by
+        their violations at the start of the step (not after a skipped step)."""
+        self._seen = None
+        skipped = self.game.skipped_steps
+        out = self.game.step(*args, **kwargs)
+        if self.penalty_update is not None and self.game.skipped_steps == skipped and self._seen is not None:
+            for kind, observed in zip(("ineq", "eq"), self._seen):
+                self._grow(kind, observed)
+        self._seen = None
+        return out
+
+    def _grow(self, kind: str, observed: _Observed) -> None:
+        c = self._penalties[kind]
+        if not c.numel():
+            return
+        index = slice(None) if observed.features is None else observed.features
+        start = torch.full_like(c[index], self.penalty)
+        c[index] = self.penalty_update.updated(c[index], start, observed.dual, inequality=kind == "ineq")
 
     @property
-    def multipliers(self) -> tuple[Tensor, Tensor]:
-        """The current multipliers (λ, μ) as copies, of shapes (num_ineq,) and (num_eq,)."""
-        lam, mu = self.multiplier_module.values()
-        return lam.detach().clone(), mu.detach().clone()
+    def multipliers(self) -> tuple[Tensor | None, Tensor | None]:
+        """The current multipliers (λ, μ) as copies, of shapes (num_ineq,) and
+        (num_eq,); None for a kind held by a model (call the model on features).
+
+        Raises:
+            AttributeError: a quadratic-penalty game, which has no multipliers.
+        """
+        if self.multiplier_module is None:
+            raise AttributeError("a quadratic-penalty LagrangianGame has no multipliers")
+        return tuple(None if m is None else m.detach().clone() for m in self.multiplier_module.values())  # type: ignore[return-value]
+
+    @property
+    def penalties(self) -> tuple[Tensor, Tensor]:
+        """The penalty coefficients (one per inequality, one per equality) as copies."""
+        return self._penalties["ineq"].clone(), self._penalties["eq"].clone()
 
     def state_dict(self) -> dict[str, Any]:
-        """The game's state (model, multipliers, algorithm): see :meth:`Game.state_dict`."""
-        return self.game.state_dict()
+        """The game's state (model, multipliers, algorithm: see :meth:`Game.state_dict`),
+        with the penalty coefficients under ``"penalties"`` when a ``penalty_update``
+        moves them."""
+        state = self.game.state_dict()
+        if self.penalty_update is not None:
+            state["penalties"] = {k: v.clone() for k, v in self._penalties.items()}
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.game.load_state_dict(state_dict)
+        """Restore a :meth:`state_dict`; one that does not fit raises ``ValueError`` and
+        changes nothing."""
+        penalties = None
+        if self.penalty_update is not None:
+            penalties = self._checked_penalties(state_dict.get("penalties") if isinstance(state_dict, dict) else None)
+        game_state = (
+            {k: v for k, v in state_dict.items() if k != "penalties"} if isinstance(state_dict, dict) else state_dict
+        )
+        self.game.load_state_dict(game_state)
+        if penalties is not None:
+            for kind, c in penalties.items():
+                self._penalties[kind].copy_(c)
+
+    def _checked_penalties(self, saved: Any) -> dict[str, Tensor]:
+        if not isinstance(saved, dict) or set(saved) != {"ineq", "eq"}:
+            raise ValueError("the state_dict lacks the penalty coefficients ('penalties': {'ineq': ..., 'eq': ...})")
+        for kind, c in saved.items():
+            mine = self._penalties[kind]
+            if not isinstance(c, Tensor) or c.shape != mine.shape or c.dtype != mine.dtype:
+                got = f"{c.dtype} {tuple(c.shape)}" if isinstance(c, Tensor) else type(c).__name__
+                raise ValueError(f"penalties.{kind}: expected {mine.dtype} {tuple(mine.shape)}, got {got}")
+            if c.is_meta or not bool(torch.isfinite(c).all()) or bool((c < 0).any()):
+                raise ValueError(f"penalties.{kind}: coefficients must be finite and >= 0")
+        return saved
+
+
+def _pair(value: Any, n: int, what: str, counted: str) -> tuple[Tensor, Tensor]:
+    """The model's and the multipliers' values of a tensor or a :class:`Proxy`."""
+    if isinstance(value, Proxy):
+        surrogate = _shaped(value.surrogate, n, f"{what}'s Proxy surrogate", counted)
+        strict = _shaped(value.strict, n, f"{what}'s Proxy strict values", counted)
+        return surrogate, strict.detach()
+    value = _shaped(value, n, what, counted)
+    return value, value.detach()
+
+
+def _shaped(value: Any, n: int, what: str, counted: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise ValueError(
+            f"objective_and_constraints: {what} must be a tensor of shape ({n},){counted}, got "
+            f"{type(value).__name__} (a tensor, a gameopt.Proxy or a gameopt.Sampled)"
+        )
+    if value.dim() == 0 and n == 1:
+        return value.reshape(1)
+    if tuple(value.shape) != (n,):
+        raise ValueError(f"objective_and_constraints: {what} must have shape ({n},){counted}, got {tuple(value.shape)}")
+    return value
 
 
 def _violation(g: Tensor, h: Tensor) -> Tensor:
