@@ -774,7 +774,7 @@ def test_quadratic_penalty_state_round_trips_and_a_refused_load_changes_nothing(
     saved = problem.state_dict()
     assert torch.equal(saved["penalties"]["eq"], torch.full((1,), 8.0, dtype=torch.float64))
     with pytest.raises(AttributeError, match="no multipliers"):
-        problem.multipliers
+        _ = problem.multipliers
     for _ in range(2):
         problem.step()
     after = [t.clone() for t in problem.penalties]
