@@ -13,8 +13,15 @@ unconstrained optimum (rate gap −0.45, far outside |gap| ≤ ε = 0.05), with 
 multipliers. Metrics after every step: the objective, the violation
 max(0, |gap| − ε), the gap and the multipliers.
 
+With ``--constraints per-group``: 40 error-rate constraints, one per group of
+scikit-learn's digits, observed a minibatch at a time, with dense, sampled or model
+multipliers (``--multipliers``) and plain or nuPI dual steps (``--dual``); see
+:mod:`experiments.per_group`.
+
 python -m experiments.constrained_learning --algorithm extragradient --lr 0.5 2.0 --steps 2000
 python -m experiments.constrained_learning --figures   # figures/constrained_learning.{png,json}
+python -m experiments.constrained_learning --constraints per-group --multipliers model --dual nupi --lr 0.2 1.0
+python -m experiments.constrained_learning --constraints per-group --figures   # figures/constrained_per_group.*
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import time
 import torch
 from torch import nn
 
+import gameopt
+from experiments import per_group
 from experiments.common import (
     Run,
     UsageError,
@@ -34,6 +43,7 @@ from experiments.common import (
     building_game,
     check_args,
     figures_dir,
+    hyperparameters,
     main_guard,
     make_algorithm,
     one_thread,
@@ -127,16 +137,23 @@ def measure(model: nn.Module, bound: float = BOUND) -> dict[str, float]:
 @main_guard
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__, algorithm="extragradient", lr=0.5, steps=2000, out="runs/constrained_learning")
+    p.add_argument("--constraints", choices=("parity", "per-group"), default="parity", help="the problem")
     p.add_argument("--bound", type=float, default=BOUND, help=f"ε, the largest rate gap allowed (default {BOUND})")
     p.add_argument("--penalty", type=float, default=0.0, help="c of the augmented Lagrangian (default 0: plain)")
-    p.add_argument("--figures", action="store_true", help="regenerate figures/constrained_learning.{png,json}")
+    p.add_argument("--multipliers", choices=per_group.HOLDERS, default="sampled", help="per-group: how they are held")
+    p.add_argument("--dual", choices=per_group.DUALS, default="sgd", help="per-group: the multipliers' update")
+    p.add_argument("--nupi", type=float, nargs=2, default=per_group.FIGURE_NUPI, metavar=("KP", "KI"))
+    p.add_argument("--figures", action="store_true", help="regenerate the problem's figure and results in figures/")
     args = p.parse_args(argv)
+    per_group_run = args.constraints == "per-group"
     if args.figures:
-        make_figures(args.no_progress)
+        (per_group.make_figures if per_group_run else make_figures)(args.no_progress)
         return 0
     check_args(args)
     if not 0 < args.bound < 1:
         raise UsageError(f"--bound must be in (0, 1), got {args.bound}")
+    if per_group_run:
+        return _per_group(args)
     with building_game():
         model, problem = build(algorithm_from_args(args), args.bound, args.penalty)
     run = Run("constrained_learning", args, run_config(args, bound=args.bound, penalty=args.penalty, l2=L2))
@@ -156,6 +173,35 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.algorithm}: objective {final['objective']:.6f}, violation {final['violation']:.2e}, "
         f"gap {final['gap']:+.4f} (ε = {args.bound}), accuracy {final['accuracy']:.3f}"
+    )
+    return 0
+
+
+def _per_group(args) -> int:
+    """A ``--constraints per-group`` run: metrics after every step, checkpoints, resume."""
+    lr = list(args.lr) if len(args.lr) == 2 else [args.lr[0]] * 2
+    if len(args.lr) > 2:
+        raise UsageError(f"{len(args.lr)} learning rates for 2 players (model, multipliers)")
+    update = [gameopt.Plain(), per_group.dual_rule(args.dual, tuple(args.nupi))]
+    with building_game():
+        algorithm = make_algorithm(args.algorithm, lr, {**hyperparameters(args), "update": update})
+        model, problem, counter = per_group.build(args.multipliers, algorithm, args.steps, args.seed)
+    config = run_config(args, constraints="per-group", multipliers=args.multipliers, dual=args.dual, nupi=args.nupi)
+    run = Run("constrained_learning", args, config)
+    start = run.resume(problem.game, {})
+    with one_thread():
+        for step in run.steps(start):
+            counter[0] = step
+            problem.step()
+            m = per_group.measure(model)
+            run.log(step, {k: m[k] for k in ("objective", "violation", "mean_violation", "violated_groups")})
+            run.maybe_checkpoint(step, problem.game, {})
+    final = per_group.measure(model)
+    run.finish(final)
+    print(
+        f"{args.multipliers} multipliers, {args.dual}: objective {final['objective']:.6f}, largest violation "
+        f"{final['violation']:.3f} (ε = {per_group.BOUND}), {final['violated_groups']} of {per_group.NUM_GROUPS} "
+        f"groups above ε, accuracy {final['accuracy']:.3f}"
     )
     return 0
 

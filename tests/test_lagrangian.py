@@ -342,7 +342,7 @@ def test_the_docs_lagrangian_example_runs_as_pasted(capsys) -> None:
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "constrained.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 8
     state = torch.get_rng_state()
     try:
         scope: dict = {"__name__": "example"}
@@ -353,7 +353,10 @@ def test_the_docs_lagrangian_example_runs_as_pasted(capsys) -> None:
             assert all(torch.isfinite(p).all() for p in scope["model"].parameters())
     finally:
         torch.set_rng_state(state)
-    assert "objective" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "objective" in printed
+    c_ineq, c_eq = scope["c_ineq"], scope["c_eq"]  # the quadratic penalty's coefficients grew
+    assert f"penalties {float(c_ineq[0]):.2f}, {float(c_eq[0]):.2f}" in printed and float(c_eq[0]) > 1.0
 
 
 # ------------------------------------------------------------------ proxy and sampled constraints
