@@ -405,14 +405,14 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     """Where a gameopt SimGD step spends its time beyond ξ: each piece of
     ``Game.step`` timed alone, interleaved with the plain ξ (ratio = fraction of ξ).
 
-    Uses gameopt internals (``autodiff.first_order``, ``layout.all_finite``,
+    Uses gameopt internals (``autodiff.first_order``, ``vec.all_finite``,
     ``Game._sync``, ``Oracle``, ``Algorithm.descend``); a piece whose internals
     changed is reported as unavailable.
     """
     from gameopt import autodiff
     from gameopt.game import Oracle
-    from gameopt.layout import all_finite
     from gameopt.state import tensors_in
+    from gameopt.vec import all_finite
 
     pair = Pair(kind)
     xi = plain_xi(pair)

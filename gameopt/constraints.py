@@ -26,11 +26,12 @@ or ±inf makes the step a non-finite one (``NonFiniteError``, or skipped with
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+
+from .checks import check_number
 
 
 @runtime_checkable
@@ -102,12 +103,6 @@ def as_constraint(c: Any, what: str = "constraint") -> Constraint:
     return _Given(c)
 
 
-def _finite(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
 class NonNegative(Constraint):
     """w ≥ 0 elementwise (Lagrange multipliers of inequality constraints)."""
 
@@ -119,7 +114,7 @@ class Box(Constraint):
     """low ≤ w ≤ high elementwise (a WGAN critic's clipped weights)."""
 
     def __init__(self, low: float, high: float) -> None:
-        self.low, self.high = _finite("low", low), _finite("high", high)
+        self.low, self.high = check_number("low", low), check_number("high", high)
         if self.low > self.high:
             raise ValueError(f"Box needs low <= high, got low={low!r} > high={high!r}")
 
@@ -131,9 +126,7 @@ class Ball(Constraint):
     """‖w‖₂ ≤ radius, for the whole parameter tensor (an adversarial perturbation)."""
 
     def __init__(self, radius: float) -> None:
-        self.radius = _finite("radius", radius)
-        if self.radius < 0:
-            raise ValueError(f"Ball needs a non-negative radius, got {radius!r}")
+        self.radius = check_number("radius", radius, low=0.0)
 
     def project(self, w: Tensor) -> Tensor:
         norm = torch.linalg.vector_norm(w)

@@ -17,20 +17,22 @@ from torch import Tensor, nn
 
 from . import _torch_compat as tc
 from . import autodiff, debug
-from .algorithms.base import Algorithm, check_number
+from .algorithms import first_order_names
+from .algorithms.base import Algorithm
 from .buffer import links_intact
+from .checks import check_number
 from .distributed import DataParallel
 from .evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
-from .layout import JointLayout, VecPool, all_finite
+from .layout import JointLayout, VecPool
 from .optim import GameOptimizer
 from .player import Player
+from .protocols import Along
 from .state import check_like, clone_state, tensors_in
-from .vec import Vec
+from .vec import Vec, all_finite
 
 log = logging.getLogger(__name__)
 
 PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
-Along = tuple[Vec, Sequence[float]]  # (direction, one factor per player)
 
 
 def _autograd_on(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -333,14 +335,14 @@ class Game:
         if self._constrained:
             raise ValueError(
                 f"{type(algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
-                "constrained players need a first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
+                f"constrained players need a first-order algorithm ({first_order_names()})"
             )
         compiled = [p.name for p in self.players if p.module is not None and _is_compiled(p.module)]
         if compiled:
             raise ValueError(
                 f"{type(algorithm).__name__} needs double backward (Jacobian products), which torch.compile'd "
                 f"modules do not support (players {compiled}): give the game the uncompiled modules, or use a "
-                "first-order algorithm (SimGD, AltGD, Extragradient, Optimistic, Lookahead)"
+                f"first-order algorithm ({first_order_names()})"
             )
 
     # ---------------------------------------------------------- data parallel

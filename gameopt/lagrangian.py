@@ -65,7 +65,6 @@ with a softplus or a ReLU).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -228,12 +227,6 @@ class Multipliers(nn.Module):
         return tuple(None if self.is_model(k) else getattr(self, k, self._empty) for k in ("ineq", "eq"))  # type: ignore[return-value]
 
 
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
-
-
 def _models(multipliers: Any, num_ineq: int, num_eq: int) -> dict[str, nn.Module]:
     """The multiplier models by kind, from ``LagrangianGame(multipliers=...)``."""
     if multipliers is None:
@@ -328,16 +321,13 @@ class LagrangianGame:
         penalty_update: MultiplicativePenalty | None = None,
         multipliers: nn.Module | Mapping[str, nn.Module] | None = None,
     ) -> None:
-        self.num_ineq, self.num_eq = _count("num_ineq", num_ineq), _count("num_eq", num_eq)
+        self.num_ineq = check_number("num_ineq", num_ineq, low=0, integer=True)
+        self.num_eq = check_number("num_eq", num_eq, low=0, integer=True)
         if num_ineq == 0 and num_eq == 0:
             raise ValueError("a LagrangianGame needs constraints: num_ineq and num_eq are both 0")
         if not callable(objective_and_constraints):
             raise TypeError("objective_and_constraints must be a callable returning (f, g, h)")
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not math.isfinite(penalty):
-            raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
-        if penalty < 0:
-            raise ValueError(f"penalty must be >= 0, got {penalty!r}")
-        self.penalty = float(penalty)
+        self.penalty = check_number("penalty", penalty, low=0.0)
         self.formulation = _formulation(formulation, self.penalty)
         models = _models(multipliers, num_ineq, num_eq)
         if self.formulation == "quadratic_penalty" and models:

@@ -16,7 +16,8 @@ concatenation or repetition. Per-player scaling needs the layout:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -144,3 +145,24 @@ class Vec(list):  # type: ignore[type-arg]
 def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:
     """⟨a, b⟩ for any two joint vectors (lists of tensors): see :meth:`Vec.dot`."""
     return Vec(a).dot(b)
+
+
+def all_finite(vecs: Sequence[Tensor]) -> bool:
+    """True when every element is finite: one reduction per tensor (a sum, which
+    any NaN or infinity poisons; half precision is summed in float32) and one host
+    sync, far cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
+    CPU are read directly (two dispatches per tensor: a step's bookkeeping is
+    counted in dispatches, each far dearer right after a backward than when warm)."""
+    sums = []
+    for t in vecs:
+        if t.numel():
+            if t.is_complex():  # both parts
+                t = torch.view_as_real(t.resolve_conj())
+            low = t.dtype in (torch.float16, torch.bfloat16)
+            sums.append(t.sum(dtype=torch.float32) if low else t.sum())
+    if not sums:
+        return True
+    if all(s.device.type == "cpu" for s in sums):
+        return all(map(math.isfinite, map(float, sums)))
+    device = sums[0].device
+    return bool(torch.isfinite(torch.stack([s.to(device, torch.float64) for s in sums])).all())

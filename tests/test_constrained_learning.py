@@ -34,7 +34,7 @@ def test_a_short_run_writes_its_metrics(tmp_path, capsys) -> None:
     "args, message",
     [
         (["--bound", "1.5"], "--bound must be in (0, 1)"),
-        (["--penalty", "-1"], "penalty must be >= 0"),
+        (["--penalty", "-1"], "penalty must be a finite number in [0, inf)"),
         (["--algorithm", "cgd"], "constrained players need a first-order algorithm"),
         (["--lr", "0.1", "0.2", "0.3"], "3 learning rates for 2 players"),
         (["--steps", "0"], "--steps must be positive"),

@@ -66,7 +66,7 @@ def test_entropic_simplex_step_is_multiplicative_weights() -> None:
     [
         (lambda: C.Box(1.0, -1.0), "low <= high"),
         (lambda: C.Box(float("nan"), 1.0), "low"),
-        (lambda: C.Ball(-1.0), "non-negative radius"),
+        (lambda: C.Ball(-1.0), r"radius must be a finite number in \[0, inf\)"),
         (lambda: C.Ball(float("inf")), "radius"),
         (lambda: C.Simplex(mirror="kl"), "mirror"),
     ],
@@ -366,3 +366,24 @@ def test_a_starting_point_that_is_not_finite_is_refused_when_the_game_is_built(c
     with pytest.raises(ValueError, match=r"not finite \(parameter 0 of player 'x'\)"):
         gameopt.Game([player, gameopt.Player([v], name="y")], lambda: (w @ v, -(w @ v)))
     assert torch.isnan(w[1]) if start != start else w[1] == start  # nothing projected
+
+
+def test_refusing_a_second_order_algorithm_names_every_first_order_one() -> None:
+    """The message lists the algorithms that do take constrained players, read from the
+    package, so a new one (or a wrapper such as Averaging) is never left out."""
+    first_order = [
+        name
+        for name in gameopt.__all__
+        if isinstance(getattr(gameopt, name), type)
+        and issubclass(getattr(gameopt, name), gameopt.Algorithm)
+        and getattr(gameopt, name).first_order is True
+        and name != "Algorithm"
+    ]
+    assert {"SimGD", "PastExtragradient", "AnchoredExtragradient"} <= set(first_order)
+    player = gameopt.Player(torch.nn.Parameter(torch.ones(3)), constraint=C.Simplex())
+    other = gameopt.Player(torch.nn.Parameter(torch.ones(3)))
+    with pytest.raises(ValueError, match="first-order algorithm") as err:
+        gameopt.Game(
+            [player, other], lambda: (player.parameters[0].sum(), other.parameters[0].sum()), algorithm=gameopt.SGA(0.1)
+        )
+    assert all(name in str(err.value) for name in [*first_order, "Lookahead", "Averaging"])

@@ -268,11 +268,11 @@ def _fn_returning(*out):
     "kwargs, message",
     [
         ({"num_ineq": 0, "num_eq": 0}, "both 0"),
-        ({"num_ineq": -1}, "num_ineq must be a non-negative int"),
-        ({"num_ineq": 1.0}, "num_ineq must be a non-negative int"),
-        ({"num_ineq": True}, "num_ineq must be a non-negative int"),
-        ({"num_eq": "2"}, "num_eq must be a non-negative int"),
-        ({"num_ineq": 1, "penalty": -1.0}, "penalty must be >= 0"),
+        ({"num_ineq": -1}, r"num_ineq must be an integer in \[0, inf\), got -1"),
+        ({"num_ineq": 1.0}, "num_ineq must be an integer"),
+        ({"num_ineq": True}, "num_ineq must be an integer"),
+        ({"num_eq": "2"}, "num_eq must be an integer"),
+        ({"num_ineq": 1, "penalty": -1.0}, r"penalty must be a finite number in \[0, inf\), got -1.0"),
         ({"num_ineq": 1, "penalty": float("nan")}, "penalty must be a finite number"),
     ],
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gameopt.layout import all_finite
+from gameopt.vec import all_finite
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64])

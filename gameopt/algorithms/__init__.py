@@ -1,7 +1,7 @@
 """Game optimization algorithms, one small file per family."""
 
 from .averaging import Averaging
-from .base import Algorithm, Hyper
+from .base import Algorithm, Hyper, Wrapper
 from .cgd import ACGD, CGD
 from .extragradient import Extragradient, Optimistic
 from .gradient_play import AltGD, SimGD
@@ -34,3 +34,12 @@ __all__ = [
     "FollowTheRidge",
     "Stackelberg",
 ]
+
+
+def first_order_names() -> str:
+    """The first-order algorithms, by name, for error messages: the ones constrained
+    players and compiled modules take."""
+    classes = [c for c in map(globals().get, sorted(__all__)) if isinstance(c, type) and issubclass(c, Algorithm)]
+    plain = [c.__name__ for c in classes if c.first_order is True and c is not Algorithm]
+    wrappers = [c.__name__ for c in classes if issubclass(c, Wrapper) and c is not Wrapper]
+    return f"{', '.join(plain)}, or {' or '.join(wrappers)} around one"
