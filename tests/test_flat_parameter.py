@@ -408,7 +408,7 @@ def test_flat_parameter_follows_into_a_game() -> None:
     assert_fused(player)
 
 
-def test_frozen_parameter_leaves_the_buffers_with_its_value() -> None:
+def test_frozen_parameter_leaves_the_flat_parameter_with_its_value_and_rejoins_when_unfrozen() -> None:
     m = tiny_mlp(F64)
     ref = copy.deepcopy(m)
     player = Player(m)

@@ -121,7 +121,7 @@ def test_player_from_an_iterable_skips_duplicates_and_frozen_ones_and_re_fuses_c
     assert_fused(player)
 
 
-def test_player_from_module_parameters_generator() -> None:
+def test_player_from_a_parameters_generator_fuses_like_the_module() -> None:
     m = tiny_mlp(F64)
     ref = copy.deepcopy(m)
     player = Player(m.parameters(), name="mlp")
