@@ -13,17 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor, nn
+from models import VecModule
+from torch import Tensor
 
 import gameopt
-
-
-class VecModule(nn.Module):
-    """A module holding one parameter vector."""
-
-    def __init__(self, init: Tensor) -> None:
-        super().__init__()
-        self.w = nn.Parameter(init.clone())
 
 
 @dataclass

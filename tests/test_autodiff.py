@@ -241,8 +241,8 @@ def test_first_order_through_grad_writes_the_bits_of_the_captured_copy(monkeypat
             game.layout.player_views(game.layout.grad, i)[0].fill_(float("nan"))  # stale contents
         autodiff.first_order(game._problem, [0, 1], losses, scale)
         fields.append([game.layout.grad[0].clone()])
-        for player, views in zip(game.players, game._problem.grad_views):
-            assert all(p.grad is v for p, v in zip(player.parameters, views))
+        for player in game.players:
+            assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
             assert player.why_stale() is None
         if case == "unused parameter":
             unused = players[0][1]
@@ -275,8 +275,8 @@ def test_first_order_a_loss_without_its_parameters_is_a_loss_error_and_links_sta
         game = gameopt.Game(players, lambda second=second: [b(a(x)).sum(), second(a(x))])
         with pytest.raises(LossError, match="player 'b' does not depend"):
             autodiff.first_order(game._problem, [0, 1], game.losses)
-        for player, views in zip(game.players, game._problem.grad_views):
-            assert all(p.grad is v for p, v in zip(player.parameters, views))
+        for player in game.players:
+            assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
 
 
 @pytest.mark.parametrize("on", [False, True], ids=["captured", "through .grad"])
@@ -298,8 +298,8 @@ def test_first_order_users_tensor_hooks_behave_the_same_on_both_paths(monkeypatc
         game.step()
         assert calls == ["pre", "pre"]  # vector_field's evaluation and the step's; never "post"
     assert set(went) == ({0} if on else set())  # the player with the user's post-accumulate hook: captured
-    for player, views in zip(game.players, game._problem.grad_views):
-        assert all(p.grad is v for p, v in zip(player.parameters, views))
+    for player in game.players:
+        assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
 
 
 def test_first_order_through_grad_writes_each_gradient_before_the_next_arrives(monkeypatch) -> None:
@@ -311,7 +311,7 @@ def test_first_order_through_grad_writes_each_gradient_before_the_next_arrives(m
     other = nn.Linear(4, 1).double()
     x = torch.randn(5, 4, dtype=torch.float64)
     game = gameopt.Game([net, other], lambda: [other(net(x)).sum(), other(net(x)).square().sum()])
-    views = game._problem.grad_views[0]
+    views = game.players[0].grad_views()
     seen = []
     first = net[0].weight  # among the last the backward reaches
     first.register_hook(lambda g: seen.append([p.grad is v for p, v in zip(game.players[0].parameters, views)]))

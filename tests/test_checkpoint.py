@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from games import GAMES, assert_same_state
+from models import gan_mlps
 from torch import nn
 
 import gameopt
@@ -186,9 +187,7 @@ def test_players_built_from_tensors_are_told_apart():
 
 # ------------------------------------------------------------------ older checkpoints
 def _old_game():
-    torch.manual_seed(0)
-    gen = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    disc = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1)).double()
+    gen, disc = gan_mlps(4)
     x = torch.randn(8, 2, dtype=torch.float64)
     z = torch.randn(8, 2, dtype=torch.float64)
     game = gameopt.Game(

@@ -12,7 +12,8 @@ import os
 
 import pytest
 import torch
-from games import GAMES, VecModule
+from games import GAMES
+from models import VecModule
 from test_algorithms import ALGORITHMS, GENERIC, _lrs
 from torch import nn
 

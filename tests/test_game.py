@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from games import GAMES, VecModule, assert_same_state, saved_and_loaded
+from games import GAMES, assert_same_state, saved_and_loaded
+from models import VecModule, gan_mlps
 from torch import nn
 
 import gameopt
@@ -44,9 +45,7 @@ def test_jvp_double_backward_fallback_matches_forward_mode() -> None:
 
 
 def _gan(dtype=torch.float64, seed=0):
-    torch.manual_seed(seed)
-    gen = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 2)).to(dtype)
-    disc = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1)).to(dtype)
+    gen, disc = gan_mlps(16, dtype, seed)
     x = torch.randn(32, 2, dtype=dtype)
     z = torch.randn(32, 2, dtype=dtype)
 

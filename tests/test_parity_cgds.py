@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from torch import nn
+from models import gan_mlps
 
 import gameopt
 
@@ -21,13 +21,6 @@ def float64_default():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
-
-
-def _wgan(seed=0):
-    torch.manual_seed(seed)
-    gen = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)).double()
-    disc = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1)).double()
-    return gen, disc
 
 
 def _f(gen, disc, x, z):
@@ -45,7 +38,7 @@ def _f(gen, disc, x, z):
     ],
 )
 def test_acgd_matches_cgds(float64_default, lrs, tols, close) -> None:
-    gen, disc = _wgan()
+    gen, disc = gan_mlps()
     ref_gen, ref_disc = copy.deepcopy(gen), copy.deepcopy(disc)
     # players: the generator minimizes f, the discriminator minimizes −f
     game = gameopt.Game(

@@ -7,18 +7,12 @@ import copy
 
 import pytest
 import torch
+from models import gan_mlps
 from torch import nn
 
 import gameopt
 
 cooper = pytest.importorskip("cooper")
-
-
-def _setup(seed=0):
-    torch.manual_seed(seed)
-    gen = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)).double()
-    disc = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1)).double()
-    return gen, disc
 
 
 def _losses(gen, disc, x, z):
@@ -52,7 +46,7 @@ def _grads(gen, disc, x, z):
     ids=["ExtraSGD", "ExtraSGD-momentum", "ExtraAdam"],
 )
 def test_matches_cooper_iterate_for_iterate(ours, theirs) -> None:
-    gen, disc = _setup()
+    gen, disc = gan_mlps()
     ref_gen, ref_disc = copy.deepcopy(gen), copy.deepcopy(disc)
     algo = ours()
     game = gameopt.Game([gen, disc], lambda x, z: _losses(gen, disc, x, z), algorithm=algo)

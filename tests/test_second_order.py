@@ -229,7 +229,7 @@ def _zero_sum_game(kind, algorithm, raw=False):
     Q = 0.5 * P.T if kind == "quadratic" else P
     c = torch.randn(n, generator=g, dtype=torch.float64) if kind == "quadratic" else torch.zeros(n, dtype=torch.float64)
     xs = [torch.randn(n, generator=g, dtype=torch.float64) for _ in range(2)]
-    from games import VecModule
+    from models import VecModule
 
     mods = [VecModule(w) for w in xs]
 

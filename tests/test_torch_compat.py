@@ -140,7 +140,14 @@ def test_the_suite_passes_on_the_public_fallbacks():
     env = {**os.environ, "GAMEOPT_TORCH_PUBLIC": "1", "PYTHONPATH": str(ROOT)}
     code = "import gameopt._torch_compat as tc; assert tc.PUBLIC_ONLY and tc.engine_run_backward is None"
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
-    files = ["tests/test_vec.py", "tests/test_autodiff.py", "tests/test_algorithms.py", "tests/test_player.py"]
+    files = [
+        "tests/test_vec.py",
+        "tests/test_autodiff.py",
+        "tests/test_algorithms.py",
+        "tests/test_buffer.py",
+        "tests/test_player.py",
+        "tests/test_flat_parameter.py",
+    ]
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files, "-k", "not trajectory"],
         env=env,
