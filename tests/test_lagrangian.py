@@ -6,15 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from models import VecModule
 from torch import nn
 
 import gameopt
-
-
-class Vector(nn.Module):
-    def __init__(self, w: torch.Tensor) -> None:
-        super().__init__()
-        self.w = nn.Parameter(w.clone())
 
 
 # ------------------------------------------------------------------ cooper parity
@@ -203,7 +198,7 @@ def test_converges_to_the_kkt_point(name: str, with_equality: bool) -> None:
     np.testing.assert_allclose(x_slsqp, w_star.numpy(), atol=1e-7)
     np.testing.assert_allclose(mult_slsqp, nu_star.numpy(), atol=1e-7)
 
-    model = Vector(torch.zeros(4, dtype=torch.float64))
+    model = VecModule(torch.zeros(4, dtype=torch.float64))
 
     def objective_and_constraints():
         w = model.w
@@ -235,7 +230,7 @@ def test_penalty_converges_and_state_dict_round_trips() -> None:
     w_star, nu_star = _kkt(a, B, rhs)
 
     def make():
-        model = Vector(torch.zeros(4, dtype=torch.float64))
+        model = VecModule(torch.zeros(4, dtype=torch.float64))
 
         def fn():
             return 0.5 * (model.w - a).square().sum(), B[:1] @ model.w - rhs[:1], B[1:] @ model.w - rhs[1:]
@@ -277,7 +272,7 @@ def _fn_returning(*out):
     ],
 )
 def test_bad_settings_are_refused(kwargs, message) -> None:
-    model = Vector(torch.zeros(2, dtype=torch.float64))
+    model = VecModule(torch.zeros(2, dtype=torch.float64))
     with pytest.raises(ValueError, match=message):
         gameopt.LagrangianGame(model, _fn_returning(model.w.sum(), None, None), **kwargs)
 
@@ -296,7 +291,7 @@ def test_bad_settings_are_refused(kwargs, message) -> None:
     ],
 )
 def test_bad_evaluations_are_refused_and_change_nothing(counts, out, message) -> None:
-    model = Vector(torch.ones(2, dtype=torch.float64))
+    model = VecModule(torch.ones(2, dtype=torch.float64))
 
     def value(v):
         made = {"f": lambda: model.w.sum(), "g": lambda: model.w.sum() - 1, "g2": lambda: model.w - 1}
@@ -320,7 +315,7 @@ def test_every_first_order_algorithm_runs_and_multipliers_stay_feasible() -> Non
         gameopt.Optimistic(0.1, update=gameopt.Momentum(0.3)),
         gameopt.Lookahead(gameopt.Extragradient(0.1), k=5, alpha=0.5),
     ]:
-        model = Vector(torch.zeros(4, dtype=torch.float64))
+        model = VecModule(torch.zeros(4, dtype=torch.float64))
         # the inequality starts satisfied (λ stays clamped at 0 at first): w = 0 gives bᵀw − c = −1
         problem = gameopt.LagrangianGame(
             model,
