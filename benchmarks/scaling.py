@@ -114,12 +114,12 @@ def players_case(n: int, total: int, algorithm: str | None) -> Callable[[], obje
 
     def step() -> object:
         """Everything in Game.step but evaluating the losses and differentiating them."""
-        real = autodiff.first_order
-        autodiff.first_order = lambda *a, **k: zeros
+        real = autodiff.vector_field
+        autodiff.vector_field = lambda *a, **k: zeros
         try:
             return game.step()
         finally:
-            autodiff.first_order = real
+            autodiff.vector_field = real
 
     return step
 

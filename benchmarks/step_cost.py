@@ -28,7 +28,7 @@ interleaved directly against cooper's ``ExtraSGD`` (and Extra-Adam against
 
     python3 -m benchmarks.step_cost [--quick] [--out DIR] [--profile NAME]
 
-``--breakdown`` times the pieces of a gameopt SimGD step (first_order, _sync,
+``--breakdown`` times the pieces of a gameopt SimGD step (vector_field, _sync,
 all_finite, descend, ...) each against the plain ξ instead.
 
 ``--profile NAME`` (e.g. ``SimGD``, ``Extragradient``) runs cProfile over steps of
@@ -405,7 +405,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     """Where a gameopt SimGD step spends its time beyond ξ: each piece of
     ``Game.step`` timed alone, interleaved with the plain ξ (ratio = fraction of ξ).
 
-    Uses gameopt internals (``autodiff.first_order``, ``vec.all_finite``,
+    Uses gameopt internals (``autodiff.vector_field``, ``vec.all_finite``,
     ``Game._sync``, ``Oracle``, ``Algorithm.descend``); a piece whose internals
     changed is reported as unavailable.
     """
@@ -426,7 +426,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     zero = [torch.zeros_like(t) for t in delta]
     pieces: dict[str, Callable[[], object]] = {
         "Game.step (SimGD), all of it": step,
-        "autodiff.first_order (xi into flat grad)": lambda: autodiff.first_order(game._problem, [0, 1], closure),
+        "autodiff.vector_field (xi into flat grad)": lambda: autodiff.vector_field(game._problem, [0, 1], closure),
         "Game._sync (Player.why_stale)": game._sync,
         "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),

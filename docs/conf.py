@@ -154,7 +154,7 @@ def _api_page(app) -> None:  # noqa: ANN001
     lines += [".. py:module:: gameopt.autodiff", "", ".. py:module:: gameopt.evaluation", ""]
     lines += [".. py:module:: gameopt.buffer", "", ".. py:module:: gameopt.game", ""]
     for cls in (
-        "gameopt.autodiff.Linearization",
+        "gameopt.autodiff.GeneralLinearization",
         "gameopt.autodiff.ZeroSumLinearization",
         "gameopt.buffer.FlatParameter",
         "gameopt.buffer.FlatBuffer",

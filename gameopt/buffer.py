@@ -12,6 +12,10 @@ optimizer (LBFGS included) and ``clip_grad_norm_`` take, whose ``.grad`` is the
 flat gradient. It is one persistent object: when the buffer moves (into a game's
 joint storage) or its player re-fuses, the same tensor object follows the
 parameters, so an optimizer built on it keeps training the module.
+
+Every parameter carries a post-accumulate-grad hook of gameopt's that copies a
+gradient stored elsewhere into the buffer and makes the view ``.grad`` again; such
+a hook has the attribute ``gameopt_relink`` set to ``True`` (:func:`is_relink_hook`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,38 @@ class Segment:
 _shape = operator.attrgetter("shape")
 _grad = operator.attrgetter("grad")
 _parameters = operator.attrgetter("_parameters")
+
+
+def shapes(tensors: Sequence[Tensor]) -> list[torch.Size]:
+    """The shapes of ``tensors``, read in one C-level pass."""
+    return list(map(_shape, tensors))
+
+
+def grads_linked(params: Sequence[Tensor], views: Sequence[Tensor], none_ok: bool = False) -> bool:
+    """Every ``params[k].grad`` is ``views[k]`` (iterated in C, so it can run every
+    step); with ``none_ok``, a ``None`` gradient counts as linked too."""
+    if all(map(operator.is_, map(_grad, params), views)):
+        return True
+    return none_ok and all(g is None or g is v for g, v in zip(map(_grad, params), views))
+
+
+def split_plan(spans: Sequence[tuple[int, int]], total: int) -> tuple[list[int], list[int]]:
+    """How one ``torch.split`` cuts a flat tensor of ``total`` elements into ``spans``
+    ((start, numel) in increasing order, not overlapping): the chunk sizes, padding
+    included, and per span the index of its chunk. The spans tile the tensor when
+    there are as many chunks as spans."""
+    sizes: list[int] = []
+    index: list[int] = []
+    end = 0
+    for start, numel in spans:
+        if start > end:
+            sizes.append(start - end)
+        index.append(len(sizes))
+        sizes.append(numel)
+        end = start + numel
+    if total > end:
+        sizes.append(total - end)
+    return sizes, index
 
 
 def links_intact(
@@ -209,15 +245,26 @@ def _relink_hook_fn(ref: weakref.ref, i: int) -> Callable[[Tensor], None]:
             view.copy_(g.to_dense() if g.is_sparse else g)
         p.grad = view
 
-    relink._gameopt_relink = True  # type: ignore[attr-defined]
+    relink.gameopt_relink = True  # type: ignore[attr-defined]
     return relink
+
+
+def is_relink_hook(fn: Any) -> bool:
+    """``fn`` is gameopt's relinking hook (its ``gameopt_relink`` attribute is ``True``)."""
+    return getattr(fn, "gameopt_relink", False) is True
+
+
+def only_relink_hooks(p: Tensor) -> bool:
+    """``p`` has post-accumulate-grad hooks and every one is gameopt's relinking hook."""
+    hooks = tc.post_accumulate_grad_hooks(p)
+    return bool(hooks) and all(map(is_relink_hook, hooks.values()))
 
 
 def _drop_relink_hooks(p: Tensor) -> None:
     """Remove gameopt's relinking hooks (of any buffer, past or present) from ``p``."""
     hooks = tc.post_accumulate_grad_hooks(p)
     if hooks:
-        for key in [k for k, fn in hooks.items() if getattr(fn, "_gameopt_relink", False)]:
+        for key in [k for k, fn in hooks.items() if is_relink_hook(fn)]:
             del hooks[key]
 
 
@@ -285,17 +332,10 @@ class FlatBuffer:
         self._rnns = [m for m in modules if isinstance(m, nn.RNNBase)]
         self.segments, self.numel = self._layout(self.params, align)
         self.num_elements = sum(s.numel for s in self.segments)
-        sizes, self._chunk_index = [], []
-        end = 0
-        for seg in self.segments:
-            if seg.offset > end:
-                sizes.append(seg.offset - end)
-            self._chunk_index.append(len(sizes))
-            sizes.append(seg.numel)
-            end = seg.offset + seg.numel
-        if self.numel > end:
-            sizes.append(self.numel - end)
-        self._split_sizes = sizes
+        self._split_sizes, self._chunk_index = split_plan([(s.offset, s.numel) for s in self.segments], self.numel)
+        #: the parameters tile the buffer in order, each contiguous (no padding): the
+        #: buffer is the ``cat`` of their flattened tensors
+        self.packed = len(self._split_sizes) == len(self.segments) and all(s.contiguous for s in self.segments)
         data = torch.zeros(self.numel, dtype=self.dtype, device=self.device)
         grad = torch.zeros(self.numel, dtype=self.dtype, device=self.device)
         self._install(data, grad)
@@ -427,7 +467,7 @@ class FlatBuffer:
     def relink_grads(self) -> None:
         """Make every ``.grad`` the buffer's view again: a ``None`` gradient becomes
         exact zeros, a gradient stored elsewhere is copied in."""
-        if all(map(operator.is_, map(_grad, self.params), self._grad_views)):
+        if grads_linked(self.params, self._grad_views):
             return  # fast path, iterated in C
         with torch.no_grad():
             for p, view in zip(self.params, self._grad_views):
@@ -444,7 +484,7 @@ class FlatBuffer:
 
     def _link_grads(self) -> None:
         """Point every ``.grad`` at its view of the buffer, whatever it held."""
-        if all(map(operator.is_, map(_grad, self.params), self._grad_views)):
+        if grads_linked(self.params, self._grad_views):
             return
         for p, view in zip(self.params, self._grad_views):
             if p.grad is not view:

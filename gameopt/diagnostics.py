@@ -16,9 +16,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from scipy.sparse.linalg import LinearOperator
 
-    from .autodiff import Linearization
     from .layout import Vec
-    from .protocols import Linearizable
+    from .protocols import Linearizable, Linearization
 
 
 def _to_numpy(vec: Vec) -> np.ndarray:
@@ -59,7 +58,7 @@ def _operator(game: Linearizable, lin: Linearization) -> LinearOperator:
     n = sum(t.numel() for t in game.layout.data)
 
     def matvec(x: np.ndarray) -> np.ndarray:
-        return _to_numpy(lin.jvp_repeated(_from_numpy(game, np.ravel(x))))
+        return _to_numpy(lin.jvp_many(_from_numpy(game, np.ravel(x))))
 
     def rmatvec(x: np.ndarray) -> np.ndarray:
         return _to_numpy(lin.vjp(_from_numpy(game, np.ravel(x))))

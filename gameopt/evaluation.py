@@ -23,6 +23,7 @@ The rules, the same for every algorithm:
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -73,6 +74,21 @@ def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], dict[str
             what = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
             raise LossError(f"the loss of player {name!r} is not a scalar tensor (got {what})")
     return out, metrics
+
+
+def check_zero_sum(losses: Sequence[Tensor], needs: str, nonfinite_ok: bool = False) -> None:
+    """Refuse losses that are not a two-player zero-sum game (f, −f): a ``ValueError``
+    saying what ``needs`` it unless there are two and their values sum to exactly zero
+    (read as doubles, which is exact). Non-finite values cannot show it: with
+    ``nonfinite_ok`` they pass (the caller refuses them as non-finite), else they
+    are refused here."""
+    if len(losses) == 2:
+        a, b = float(losses[0].detach()), float(losses[1].detach())
+        if nonfinite_ok and not (math.isfinite(a) and math.isfinite(b)):
+            return
+        if a + b == 0:
+            return
+    raise ValueError(f"{needs} needs a two-player zero-sum game given as losses (f, -f)")
 
 
 def _detached(metrics: dict[str, Any]) -> dict[str, Any]:

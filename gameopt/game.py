@@ -26,7 +26,7 @@ from .evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
 from .layout import JointLayout, VecPool
 from .optim import GameOptimizer
 from .player import Player
-from .protocols import Along
+from .protocols import Along, Linearization
 from .state import check_like, clone_state, tensors_in
 from .vec import Vec, all_finite
 
@@ -117,7 +117,7 @@ class Oracle:
         ):
             if debug.enabled():  # the point is formed (``along`` read): earlier results are stale now
                 debug.poison_(t for vec in self.borrowed for t in vec)
-            losses, metrics = autodiff.first_order(self.game._problem, list(which), self.closure, self.scale)
+            losses, metrics = autodiff.vector_field(self.game._problem, list(which), self.closure, self.scale)
         self._seen(losses, metrics if own else None)
         xi = self.game._mean_(self.layout.grad)
         if debug.enabled():
@@ -144,7 +144,7 @@ class Oracle:
         zero_sum: bool = False,
         batched: bool = False,
         cross: bool = False,
-    ) -> autodiff.Linearization | autodiff.ZeroSumLinearization:
+    ) -> Linearization:
         """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv.
 
         ``check``: refuse a non-finite ξ right away (before an iterative solve, say).
@@ -158,7 +158,7 @@ class Oracle:
         graph (:class:`~gameopt.autodiff.ZeroSumLinearization`); ``batched``: its
         paired products (``vjp_jvp``) in one double backward. ``cross``: keep the
         cross gradients ∇_{w_j} f_i with their graphs, so that H_o v and χ cost one
-        reverse pass per player (:meth:`~gameopt.autodiff.Linearization.shaping`)."""
+        reverse pass per player (:meth:`~gameopt.autodiff.GeneralLinearization.shaping`)."""
         with self.game._at(at), self.game._together(), self.evaluations(plain=at is None) as own:
             lin = autodiff.linearize(
                 self.game._problem,
@@ -337,7 +337,9 @@ class Game:
                 f"{type(algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
                 f"constrained players need a first-order algorithm ({first_order_names()})"
             )
-        compiled = [p.name for p in self.players if p.module is not None and _is_compiled(p.module)]
+        compiled = [
+            p.name for p in self.players if p.module is not None and tc.compiled_original(p.module) is not p.module
+        ]
         if compiled:
             raise ValueError(
                 f"{type(algorithm).__name__} needs double backward (Jacobian products), which torch.compile'd "
@@ -590,7 +592,7 @@ class Game:
         :meth:`step` moves them, once per step."""
         self._sync()
         with self._together(), self._evaluations()(plain=False):
-            autodiff.first_order(
+            autodiff.vector_field(
                 self._problem, range(len(self.players)), functools.partial(self.losses, *args, **kwargs)
             )
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
@@ -601,7 +603,7 @@ class Game:
 
     @_autograd_on
     @_one_at_a_time
-    def linearize(self, *args: Any, **kwargs: Any) -> autodiff.Linearization:
+    def linearize(self, *args: Any, **kwargs: Any) -> Linearization:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
         self._sync()
         evaluations = self._evaluations()
@@ -783,21 +785,13 @@ class Game:
 _BUFFERS = operator.attrgetter("buffers")
 
 
-def _uncompiled(module: nn.Module) -> nn.Module:
-    """The module a ``torch.compile`` wrapper holds (names as in eager mode), or ``module``."""
-    return tc.compiled_original(module)
-
-
-def _is_compiled(module: nn.Module) -> bool:
-    return tc.compiled_original(module) is not module
-
-
 def _module_buffers(player: Player) -> dict[str, Tensor]:
     """The persistent buffers of a player's module (those in its ``state_dict``), by name."""
     if player.module is None:
         return {}
     out = {}
-    for prefix, sub in _uncompiled(player.module).named_modules():
+    # a torch.compile wrapper: the module it holds (names as in eager mode)
+    for prefix, sub in tc.compiled_original(player.module).named_modules():
         keep = tc.persistent_buffer_names(sub)
         for name, b in sub._buffers.items():
             if b is not None and name in keep:

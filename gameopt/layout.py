@@ -16,7 +16,7 @@ from torch import Tensor
 
 from . import _torch_compat as tc
 from . import debug
-from .buffer import FlatBuffer, Segment, segment_view
+from .buffer import FlatBuffer, Segment, segment_view, split_plan
 from .player import Player
 from .vec import Vec
 
@@ -60,6 +60,11 @@ class JointLayout:
         self._group_entries = [[e for e in self.entries if e.group == g] for g in range(len(keys))]
         self._uniform_groups = [len({e.player for e in es}) == 1 for es in self._group_entries]
         self._splits = [self._split_plan(g) for g in range(len(keys))]
+        #: per group: its parameters tile it in storage order, each contiguous (no
+        #: padding): the group is the ``cat`` of their flattened tensors
+        self.packed = [
+            len(sizes) == len(where) and all(seg.contiguous for _, _, seg in where) for sizes, where in self._splits
+        ]
         self.num_elements = sum(e.buffer.num_elements for e in self.entries)
         # no padding anywhere: writing every entry of a vector defines all of it
         self.dense = all(
@@ -156,20 +161,13 @@ class JointLayout:
     def _split_plan(self, g: int) -> tuple[list[int], list[tuple[Tensor, int, Segment]]]:
         """Sizes that cut group ``g`` into its parameters (and padding), and per
         parameter (parameter, chunk index, segment)."""
-        sizes: list[int] = []
-        where = []
-        end = 0
-        for e in self._group_entries[g]:
-            for p, seg in zip(e.buffer.params, e.buffer.segments):
-                start = e.start + seg.offset
-                if start > end:
-                    sizes.append(start - end)
-                where.append((p, len(sizes), seg))
-                sizes.append(seg.numel)
-                end = start + seg.numel
-        if self.data[g].numel() > end:
-            sizes.append(self.data[g].numel() - end)
-        return sizes, where
+        placed = [
+            (p, e.start + seg.offset, seg)
+            for e in self._group_entries[g]
+            for p, seg in zip(e.buffer.params, e.buffer.segments)
+        ]
+        sizes, index = split_plan([(start, seg.numel) for _, start, seg in placed], self.data[g].numel())
+        return sizes, [(p, k, seg) for (p, _, seg), k in zip(placed, index)]
 
     def dot(self, a: Vec, b: Vec) -> Tensor:
         """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""

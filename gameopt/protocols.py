@@ -13,13 +13,76 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from .autodiff import Linearization, ZeroSumLinearization
     from .evaluation import StepLosses
     from .layout import JointLayout
     from .player import Player
     from .vec import Vec
 
 Along = tuple["Vec", Sequence[float]]  # (direction, one factor per player)
+
+
+class Linearization(Protocol):
+    """ξ at a point with its graph, and the Jacobian products through it (the
+    general game's :class:`gameopt.autodiff.GeneralLinearization` and the two-player
+    zero-sum game's :class:`gameopt.autodiff.ZeroSumLinearization` implement it).
+
+    Notation: J = ∂ξ/∂w; D = blockdiag(∂ξ_i/∂w_i); H_o = J − D, the off-diagonal
+    blocks. Every product is averaged across ranks in a data-parallel game.
+    """
+
+    xi: Vec  # the joint vector field (detached)
+    losses: list[Tensor]  # the players' losses, with their graphs
+    metrics: dict[str, Any]
+    layout: JointLayout
+
+    def vjp(self, u: Vec, last: bool = False) -> Vec:
+        """Jᵀ u. ``last``: no product follows (the graph is freed during this pass)."""
+        ...
+
+    def jvp(self, v: Vec) -> Vec:
+        """J v."""
+        ...
+
+    def jvp_many(self, v: Vec) -> Vec:
+        """J v, one of many at this point (a Krylov or eigenvalue solver's products)."""
+        ...
+
+    def vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
+        """(Jᵀv, Jv)."""
+        ...
+
+    def diag(self, v: Vec) -> Vec:
+        """D v."""
+        ...
+
+    def offdiag_jvp(self, v: Vec) -> Vec:
+        """H_o v."""
+        ...
+
+    def offdiag_vjp(self, u: Vec) -> Vec:
+        """H_oᵀ u."""
+        ...
+
+    def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
+        """(∂ξ_i/∂w_j)ᵀ u_i, in player j's part of the result."""
+        ...
+
+    def block_vjp_parts(self, i: int, j: int, u_i: Sequence[Tensor]) -> Vec:
+        """(∂ξ_i/∂w_j)ᵀ u_i on players' parts: one flat tensor per buffer of player i
+        in, one per buffer of player j out."""
+        ...
+
+    def cross_gradients(self) -> list[Vec]:
+        """For each player i, the joint vector (∇_{w_j} f_i)_{j≠i} (zero in i's own part)."""
+        ...
+
+    def chi(self) -> Vec:
+        """χ_i = Σ_{j≠i} (∂ξ_j/∂w_i)ᵀ ∇_{w_j} f_i."""
+        ...
+
+    def shaping(self, v: Vec | None, chi: bool = True) -> Vec:
+        """H_o v + χ (either term may be left out: ``v=None``, ``chi=False``)."""
+        ...
 
 
 class Linearizable(Protocol):
@@ -73,7 +136,7 @@ class OracleInterface(Protocol):
         zero_sum: bool = False,
         batched: bool = False,
         cross: bool = False,
-    ) -> Linearization | ZeroSumLinearization: ...
+    ) -> Linearization: ...
 
     def moved(self, delta: Vec, at: Vec | None = None) -> Vec: ...
 

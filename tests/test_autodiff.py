@@ -165,7 +165,10 @@ def test_second_order_step_on_a_conv_gan_in_training_mode() -> None:
 
 
 # ------------------------------------------ first-order ξ: through .grad or captured (issue 13)
+from gameopt import _torch_compat as tc  # noqa: E402
 from gameopt import autodiff  # noqa: E402
+from gameopt.autodiff import xi as first_order_xi  # noqa: E402
+from gameopt.autodiff.engine import engine_vjp  # noqa: E402
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -175,15 +178,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def _through_grad(monkeypatch, on: bool) -> list[int]:
     """Every player through ``.grad`` (``on``) or every player captured; returns the
     players that went through ``.grad``, as they do."""
-    monkeypatch.setattr(autodiff, "_IN_PLACE", 0 if on else 1 << 62)
+    monkeypatch.setattr(first_order_xi, "IN_PLACE_MIN", 0 if on else 1 << 62)
     went: list[int] = []
-    real = autodiff._through_grad
+    real = first_order_xi.through_grad
 
     def counted(problem, i, *args, **kwargs):
         went.append(i)
         return real(problem, i, *args, **kwargs)
 
-    monkeypatch.setattr(autodiff, "_through_grad", counted)
+    monkeypatch.setattr(first_order_xi, "through_grad", counted)
     return went
 
 
@@ -239,7 +242,7 @@ def test_first_order_through_grad_writes_the_bits_of_the_captured_copy(monkeypat
         game = gameopt.Game(players, losses)
         for i in range(len(players)):
             game.layout.player_views(game.layout.grad, i)[0].fill_(float("nan"))  # stale contents
-        autodiff.first_order(game._problem, [0, 1], losses, scale)
+        autodiff.vector_field(game._problem, [0, 1], losses, scale)
         fields.append([game.layout.grad[0].clone()])
         for player in game.players:
             assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
@@ -274,7 +277,7 @@ def test_first_order_a_loss_without_its_parameters_is_a_loss_error_and_links_sta
         players = [gameopt.Player(a, name="a"), gameopt.Player(b, name="b")]
         game = gameopt.Game(players, lambda second=second: [b(a(x)).sum(), second(a(x))])
         with pytest.raises(LossError, match="player 'b' does not depend"):
-            autodiff.first_order(game._problem, [0, 1], game.losses)
+            autodiff.vector_field(game._problem, [0, 1], game.losses)
         for player in game.players:
             assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
 
@@ -336,7 +339,7 @@ def test_product_is_autograd_grad_bit_for_bit(create_graph) -> None:
     outs, ins = _graph()
     vs = [torch.randn_like(t) for t in outs]
     ref = torch.autograd.grad(outs, ins, vs, retain_graph=True, create_graph=create_graph, allow_unused=True)
-    got = autodiff._product(outs, ins, vs, retain_graph=True, create_graph=create_graph)
+    got = engine_vjp(outs, ins, vs, retain_graph=True, create_graph=create_graph)
     assert got[2] is None and ref[2] is None  # unreached: None, as allow_unused gives
     for r, g in zip(ref[:2], got[:2]):
         assert torch.equal(_bits(r), _bits(g))
@@ -346,9 +349,9 @@ def test_product_is_autograd_grad_bit_for_bit(create_graph) -> None:
 def test_product_without_the_fast_path_is_the_same(monkeypatch) -> None:
     outs, ins = _graph()
     vs = [torch.randn_like(t) for t in outs]
-    fast = autodiff._product(outs, ins, vs, retain_graph=True)
-    monkeypatch.setattr(autodiff.tc, "engine_run_backward", None)  # an older torch (or GAMEOPT_TORCH_PUBLIC=1)
-    slow = autodiff._product(outs, ins, vs, retain_graph=True)
+    fast = engine_vjp(outs, ins, vs, retain_graph=True)
+    monkeypatch.setattr(tc, "engine_run_backward", None)  # an older torch (or GAMEOPT_TORCH_PUBLIC=1)
+    slow = engine_vjp(outs, ins, vs, retain_graph=True)
     assert all(torch.equal(f, s) for f, s in zip(fast[:2], slow[:2]))
 
 
@@ -356,13 +359,13 @@ def test_product_without_the_fast_path_is_the_same(monkeypatch) -> None:
 def test_product_refuses_grad_outputs_that_do_not_fit(shape) -> None:
     """As ``torch.autograd.grad`` does: a grad_output the engine would sum to shape
     (broadcastable) is refused too, not silently summed."""
-    if autodiff.tc.engine_run_backward is None:
+    if tc.engine_run_backward is None:
         pytest.skip("the fast path's own check; without it torch.autograd.grad checks (GAMEOPT_TORCH_PUBLIC=1)")
     outs, ins = _graph()
     bad = [torch.ones(3, 4, dtype=torch.float64), torch.ones(shape, dtype=torch.float64)]
     with pytest.raises(RuntimeError):  # (its message may come from a failing list.index)
         torch.autograd.grad(outs, ins, bad, retain_graph=True, allow_unused=True)
     with pytest.raises(RuntimeError, match="Mismatch in shape: grad_output\\[1\\] has a shape of"):
-        autodiff._product(outs, ins, bad, retain_graph=True)
+        engine_vjp(outs, ins, bad, retain_graph=True)
     with pytest.raises(ValueError, match="1 grad_outputs for 2 outputs"):
-        autodiff._product(outs, ins, [torch.ones(3, 4, dtype=torch.float64)], retain_graph=True)
+        engine_vjp(outs, ins, [torch.ones(3, 4, dtype=torch.float64)], retain_graph=True)

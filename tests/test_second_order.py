@@ -11,6 +11,7 @@ import torch
 from games import GAMES, straight_and_resumed
 
 import gameopt
+from gameopt.autodiff.substitution import substituted
 
 
 def _blocks(tg, ws):
@@ -166,8 +167,8 @@ def test_linearization_products(game_name, raw, cross) -> None:
         "diag": (lin.diag(v), D @ vv),
         "offdiag_jvp": (lin.offdiag_jvp(v), H @ vv),
         "offdiag_vjp": (lin.offdiag_vjp(v), H.T @ vv),
-        "jvp_repeated": (lin.jvp_repeated(v), J @ vv),
-        "jvp_repeated_again": (lin.jvp_repeated(v), J @ vv),
+        "jvp_many": (lin.jvp_many(v), J @ vv),
+        "jvp_many_again": (lin.jvp_many(v), J @ vv),
         "offdiag_jvp_again": (lin.offdiag_jvp(v), H @ vv),
         "chi": (lin.chi(), _chi(tg, ws)),
         "shaping": (lin.shaping(v), H @ vv + _chi(tg, ws)),
@@ -291,7 +292,7 @@ def test_zero_sum_linearization_products(batched, raw) -> None:
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-13, msg=msg) for x, y in zip(a, b)
     ]
     close(zs.xi, general.xi, "xi")
-    for name in ("jvp", "vjp", "diag", "offdiag_jvp", "offdiag_vjp", "jvp_repeated"):
+    for name in ("jvp", "vjp", "diag", "offdiag_jvp", "offdiag_vjp", "jvp_many"):
         close(getattr(zs, name)(v), getattr(general, name)(v), name)
     for i, j in ((0, 1), (1, 0), (0, 0), (1, 1)):
         close(zs.block_vjp(i, j, v), general.block_vjp(i, j, v), f"block_vjp {i} {j}")
@@ -329,7 +330,7 @@ def test_zero_sum_products_on_padded_layouts_and_last(align) -> None:
         game = gameopt.Game(players, game.losses, algorithm=gameopt.SimGD(0.1))
     oracle = lambda: gameopt.game.Oracle(game, game.losses)  # noqa: E731
     zs, general = oracle().linearize(zero_sum=True), oracle().linearize()
-    assert all(zs._packed) == (align is None)  # padded: the copies into views
+    assert all(game.layout.packed) == (align is None)  # padded: the copies into views
     g = torch.Generator().manual_seed(0)
     v = gameopt.Vec(torch.randn(t.shape, generator=g, dtype=t.dtype) for t in game.layout.data)
     for a, b in zip(zs.xi, general.xi):
@@ -419,7 +420,7 @@ def _general_products(game, cross=False, jvp=True):
     if jvp:
         out |= {
             "jvp": per(lin.jvp(v)),
-            "jvp_repeated": per(lin.jvp_repeated(v)),
+            "jvp_many": per(lin.jvp_many(v)),
             "offdiag_jvp": per(lin.offdiag_jvp(v)),
             "shaping": per(lin.shaping(v)),
         }
@@ -435,9 +436,9 @@ def test_general_products_against_parameters_on_odd_layouts(cross) -> None:
     bits whether the joint storage is the parameters end to end (one cat per group) or
     not (padded, or a transposed weight: copies into views), with an unused parameter,
     for players given as modules or as tensors; and J v, Jᵀv against a dense Jacobian of ξ."""
-    assert _odd_game().linearize()._all_packed  # one cat per group
-    assert not any(_odd_game(align=64).linearize()._entry_packed)  # copies into views
-    assert not any(_odd_game(transposed=True).linearize()._entry_packed)
+    assert all(_odd_game().layout.packed)  # one cat per group
+    assert not any(e.buffer.packed for e in _odd_game(align=64).layout.entries)  # copies into views
+    assert not any(e.buffer.packed for e in _odd_game(transposed=True).layout.entries)
     products = {t: _general_products(_odd_game(transposed=t), cross)[0] for t in (False, True)}
     for name in products[False]:  # a transposed weight: other kernels, other roundings
         torch.testing.assert_close(products[True][name], products[False][name], rtol=1e-12, atol=1e-13)
@@ -457,7 +458,7 @@ def test_general_products_against_parameters_on_odd_layouts(cross) -> None:
     def xi(flat):
         values = torch.split(flat, [p.numel() for p in params])
         subs = {id(p): t.view(p.shape) for p, t in zip(params, values)}
-        with gameopt.autodiff._substituted(game._problem, subs):
+        with substituted(game._problem, subs):
             losses = game.losses()
         grads = []
         for i, loss in enumerate(losses):

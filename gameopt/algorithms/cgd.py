@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..evaluation import check_zero_sum
 from ..linalg import MatVec, cg, gmres
 from ..vec import Vec
 from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
-    from ..autodiff import Linearization
-    from ..protocols import GameView, OracleInterface
+    from ..protocols import GameView, Linearization, OracleInterface
 
 
 def competitive_step(
@@ -73,11 +73,6 @@ def schur_operator(lin: Linearization, eta_a: Vec, eta_b: Vec) -> tuple[MatVec, 
     return B, Bt, matvec, sqrt_eta_a
 
 
-def _check_zero_sum(lin: Linearization, n_players: int) -> None:
-    if n_players != 2 or bool(lin.losses[0].detach() + lin.losses[1].detach() != 0):
-        raise ValueError("this solver needs a two-player zero-sum game given as losses (f, -f)")
-
-
 class CGD(Algorithm):
     """Competitive gradient descent (Schäfer & Anandkumar 2019), for n players:
 
@@ -123,7 +118,7 @@ class CGD(Algorithm):
         lin = oracle.linearize()
         zero_sum = self.zero_sum
         if zero_sum:
-            _check_zero_sum(lin, oracle.num_players)
+            check_zero_sum(lin.losses, "this solver")
         eta = oracle.scale_(Vec(torch.ones_like(t) for t in lin.xi), self.lrs)
         solver = {"tol": self.tol**2 if zero_sum else self.tol, "maxiter": self.maxiter}
         delta, warm = competitive_step(oracle, lin, eta, state["warm"], zero_sum, solver)
@@ -188,7 +183,7 @@ class ACGD(Algorithm):
 
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize()
-        _check_zero_sum(lin, oracle.num_players)
+        check_zero_sum(lin.losses, "this solver")
         beta, t = self.beta, state["t"] + 1
         v = (Vec(state["v"]) * beta).addcmul_(lin.xi, lin.xi, value=1 - beta)
         eta = oracle.scale_((v.sqrt() + self.eps).reciprocal(), [math.sqrt(1 - beta**t) * lr for lr in self.lrs])

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..evaluation import check_zero_sum
 from ..linalg import cg
 from ..vec import Vec
 from .base import Algorithm, State, check_number
-from .cgd import _check_zero_sum
 
 if TYPE_CHECKING:
     from ..protocols import GameView, OracleInterface
@@ -61,7 +61,7 @@ class FollowTheRidge(Algorithm):
 
     def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
         lin = oracle.linearize()
-        _check_zero_sum(lin, oracle.num_players)  # refuses anything but (f, −f)
+        check_zero_sum(lin.losses, "this solver")  # refuses anything but (f, −f)
         layout, (eta_x, eta_y) = oracle.layout, self.lrs
         grad_x = Vec(layout.player_views(lin.xi, 0))  # ξ_x = ∇_x f
         rhs = lin.block_vjp_parts(0, 1, grad_x)  # (∂ξ_x/∂y)ᵀ ∇_x f = H_yx ∇_x f

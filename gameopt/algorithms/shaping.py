@@ -11,9 +11,8 @@ from ..updates import UpdateRule
 from .base import Algorithm, Hyper, State, check_bool, check_number
 
 if TYPE_CHECKING:
-    from ..autodiff import Linearization
     from ..layout import Vec
-    from ..protocols import OracleInterface
+    from ..protocols import Linearization, OracleInterface
 
 
 def _anticipated(lin: Linearization, alpha: float) -> Vec:
@@ -72,7 +71,7 @@ class LOLA(Algorithm):
     ``shaping_only=True`` gives Foerster et al.'s original ξ − αχ. Costs 2n
     reverse passes for n players: each loss differentiated once against all
     parameters (with its graph), then one pass per player for both terms
-    (:meth:`~gameopt.autodiff.Linearization.shaping`).
+    (:meth:`~gameopt.protocols.Linearization.shaping`).
 
     Args:
         lr: η, one float or one per player.

@@ -1,0 +1,110 @@
+"""What autodiff sees of a game (:class:`Problem`; never the ``Game``), and the
+evaluation of its losses."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..evaluation import LossError, split_losses
+from ..layout import JointLayout
+from ..vec import Vec
+
+
+class ForwardMode:
+    """Whether Jv may use forward-mode AD for these losses: set to False, once, when
+    PyTorch reports an op without a forward-mode formula (then double backward)."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+
+@dataclass(frozen=True)
+class Problem:
+    """All that autodiff sees of a game: per player its name, parameters, their
+    views into the flat gradient buffer, where each is registered in its module, and
+    whether it has sparse gradients; the joint layout; the cross-rank average of a
+    joint vector. The game builds one per layout."""
+
+    names: list[str]
+    params: list[list[nn.Parameter]]
+    grad_views: list[list[Tensor]]
+    places: list[list[list[tuple[nn.Module, str]]]]
+    sparse: list[bool]
+    sizes: list[int]  # trainable elements per player
+    modules: list[nn.Module]  # the players' modules (players given as tensors have none)
+    recurrent: bool  # a recurrent layer among them (its CPU kernel has no forward-mode AD)
+    layout: JointLayout
+    mean_: Callable[[Vec], Vec]  # average across ranks in place (identity on one process)
+    parallel: bool  # data-parallel: ξ is an average across ranks
+    forward_mode: ForwardMode
+
+    @property
+    def functional(self) -> bool:
+        """Every player has a module whose parameters can be substituted."""
+        return len(self.modules) == len(self.names)
+
+    # Made once per layout (the game builds a new problem when a player re-fuses):
+    @functools.cached_property
+    def registrations(self) -> list[tuple[nn.Module, str, nn.Parameter]]:
+        """(module, name, parameter) for every place a parameter is registered."""
+        return [
+            (sub, name, p)
+            for params, registered in zip(self.params, self.places)
+            for p, places in zip(params, registered)
+            for sub, name in places
+        ]
+
+    @functools.cached_property
+    def aliases(self) -> dict[int, Tensor]:
+        """Per parameter (by id): a detached alias (the same storage and version
+        counter, a leaf of its own) that kept graphs are built on, so that they pin
+        no parameter. Shared by every linearization of this layout."""
+        return {id(p): p.detach().requires_grad_() for ps in self.params for p in ps}
+
+    @functools.cached_property
+    def entry_params(self) -> list[list[nn.Parameter]]:
+        """Per layout entry, the parameters of its buffer in order."""
+        return [e.buffer.params for e in self.layout.entries]
+
+    @functools.cached_property
+    def entry_packed(self) -> list[bool]:
+        """Per layout entry: its parameters tile its buffer (``FlatBuffer.packed``)."""
+        return [e.buffer.packed for e in self.layout.entries]
+
+    @functools.cached_property
+    def all_packed(self) -> bool:
+        """The parameters tile every joint group in storage order (``JointLayout.packed``)."""
+        return all(self.layout.packed)
+
+    @functools.cached_property
+    def entries_of(self) -> list[list[int]]:
+        """Per player, the indices of its layout entries."""
+        entries = self.layout.entries
+        return [[k for k, e in enumerate(entries) if e.player == i] for i in range(len(self.names))]
+
+    @functools.cached_property
+    def group_entries(self) -> list[list[int]]:
+        """Per joint group, the indices of its layout entries in storage order."""
+        layout = self.layout
+        index = {id(e): k for k, e in enumerate(layout.entries)}
+        return [[index[id(e)] for e in layout.group_entries(g)] for g in range(len(layout.data))]
+
+    @functools.cached_property
+    def storage_order(self) -> list[int]:
+        """The indices of the layout entries, group by group, each in storage order."""
+        return [k for ks in self.group_entries for k in ks]
+
+
+def evaluate_losses(problem: Problem, closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
+    """Evaluate the losses (``closure()``): one scalar per player (checked) and the metrics."""
+    return split_losses(closure(), problem.names)
+
+
+def no_path_error(player_name: str) -> LossError:
+    """The error for a loss that does not depend on its player's parameters."""
+    return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")

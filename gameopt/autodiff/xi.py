@@ -1,0 +1,154 @@
+"""First-order ξ = (∇₁f₁, …, ∇ₙfₙ) into the players' fused gradient buffers.
+
+Each player's backward is pruned to its own parameters (no ``create_graph``). A
+player with large tensors gets its gradient through ``.grad``, one tensor at a
+time (gameopt's relinking hook copies each into the buffer, so the player's
+gradient is never alive whole beside it: :func:`through_grad`); a player with
+small ones has it captured with ``autograd.grad`` and copied with one
+``_foreach_copy_`` (cheaper per tensor). Both write the same bits.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import _torch_compat as tc
+from ..buffer import grads_linked, only_relink_hooks
+from .problem import Problem, evaluate_losses, no_path_error
+
+#: elements of pending captured gradients that trigger a copy into the buffers
+COPY_BATCH = 1 << 18
+#: a player whose parameter tensors hold at least this many elements on average gets
+#: its gradient through ``.grad`` (one tensor alive at a time; a little more per
+#: tensor), a smaller one has it captured and copied (cheaper per tensor)
+IN_PLACE_MIN = 1 << 12
+
+
+def vector_field(
+    problem: Problem, which: Sequence[int], closure: Callable[[], Any], scale: float = 1.0
+) -> tuple[list[Tensor], dict[str, Any]]:
+    """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
+    detached losses and the metrics. Other players' gradient buffers are left untouched.
+    With ``scale`` (loss scaling), the losses are differentiated times ``scale`` and
+    the gradients divided by it (an overflow shows as a non-finite ξ).
+
+    A player whose tensors are large (:data:`IN_PLACE_MIN`) gets its gradient into
+    its buffer through ``.grad`` (:func:`through_grad`); the others' gradients are
+    captured (``autograd.grad``) and copied into the buffers, several players at
+    once (:data:`COPY_BATCH`)."""
+    losses, metrics = evaluate_losses(problem, closure)
+    if scale != 1.0:
+        losses = [loss * scale for loss in losses]
+    last = len(which) - 1
+    dst: list[Tensor] = []
+    src: list[Tensor] = []
+    pending = 0
+    for k, i in enumerate(which):
+        if _in_place(problem, i):
+            through_grad(problem, i, losses[i], retain_graph=k < last)
+            if scale != 1.0:
+                with torch.no_grad():
+                    tc.foreach_div_(problem.grad_views[i], scale)
+            continue
+        pending += _captured(problem, i, losses[i], k < last, dst, src)
+        # copy many small players' gradients at once; large ones right away (memory)
+        if pending >= COPY_BATCH:
+            _copy_into(dst, src, scale)
+            dst, src, pending = [], [], 0
+    if dst:
+        _copy_into(dst, src, scale)
+    return [(loss.detach() / scale).reshape(()) for loss in losses], metrics
+
+
+def _captured(problem: Problem, i: int, loss: Tensor, retain_graph: bool, dst: list[Tensor], src: list[Tensor]) -> int:
+    """``autograd.grad`` of player i's loss: queue its gradients (``src``) for a copy into
+    its views (``dst``); a view no gradient reaches is zeroed now. Returns its size."""
+    with torch.no_grad():  # the zeroing; autograd.grad itself does not depend on grad mode
+        try:
+            grads = torch.autograd.grad(loss, problem.params[i], retain_graph=retain_graph, allow_unused=True)
+        except RuntimeError as err:
+            if loss.grad_fn is None:
+                raise no_path_error(problem.names[i]) from err
+            raise
+        views = problem.grad_views[i]
+        if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
+            dst += views  # the common case
+            src += grads
+        else:
+            have = [(v, g) for v, g in zip(views, grads) if g is not None]
+            if not have:
+                raise no_path_error(problem.names[i])
+            for v, g in zip(views, grads):
+                if g is None:
+                    v.zero_()
+            dst += [v for v, _ in have]
+            src += [g.to_dense() if g.is_sparse else g for _, g in have]
+    return problem.sizes[i]  # ``grads`` goes with this frame: once copied, no gradient outlives its batch
+
+
+def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
+    with torch.no_grad():
+        tc.foreach_copy_(dst, src)
+        if scale != 1.0:
+            tc.foreach_div_(dst, scale)
+
+
+def _in_place(problem: Problem, i: int) -> bool:
+    """Whether player i's gradient goes into its buffer through ``.grad``: large
+    tensors, every ``.grad`` its buffer's view or ``None``, and no post-accumulate-grad
+    hook but gameopt's own relinking one (``autograd.grad``, the other path, fires
+    none: users' hooks behave the same on both)."""
+    params = problem.params[i]
+    if not params or problem.sizes[i] < IN_PLACE_MIN * len(params):
+        return False
+    if not grads_linked(params, problem.grad_views[i], none_ok=True):
+        return False  # a gradient of the user's own (one with a graph, say): left as it is
+    return all(map(only_relink_hooks, params))  # few tensors here (large ones)
+
+
+def through_grad(problem: Problem, i: int, loss: Tensor, retain_graph: bool) -> None:
+    """Player i's gradient into its buffer through ``.grad``, one tensor at a time: with
+    every ``.grad`` set to ``None``, ``backward(inputs=...)`` hands each parameter its
+    gradient (AccumulateGrad takes the tensor, no copy) and runs gameopt's relinking
+    hook, which copies it into the buffer's view (densified if sparse) and makes the
+    view ``.grad`` again; the tensor is freed there. A player's gradient is never alive
+    whole beside the buffer, and the buffer holds what the other path's copy writes."""
+    params, views = problem.params[i], problem.grad_views[i]
+    for p in params:
+        p.grad = None
+    try:
+        torch.autograd.backward(loss, inputs=params, retain_graph=retain_graph)
+    except BaseException as err:
+        _relink(problem, i, check=False)
+        if isinstance(err, RuntimeError) and loss.grad_fn is None:
+            raise no_path_error(problem.names[i]) from err
+        raise
+    if not grads_linked(params, views):
+        _relink(problem, i)
+
+
+def _relink(problem: Problem, i: int, check: bool = True) -> None:
+    """After :func:`through_grad`: a parameter the backward did not reach (``.grad``
+    still ``None``) gets exact zeros, as ``autograd.grad``'s ``None`` does on the other
+    path; each ``.grad`` is the view again; with ``check``, none reached is a
+    :class:`~gameopt.LossError`."""
+    params, views = problem.params[i], problem.grad_views[i]
+    reached = 0
+    with torch.no_grad():
+        for p, v in zip(params, views):
+            g = p.grad
+            if g is None:
+                v.zero_()
+            else:
+                reached += 1
+                if g is not v:  # not relinked by the hook (an error midway): copy it
+                    v.copy_(g.to_dense() if g.is_sparse else g)
+            p.grad = v
+    if check and not reached:
+        raise no_path_error(problem.names[i])
