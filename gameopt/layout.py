@@ -125,7 +125,7 @@ class JointLayout:
         for g, (t, o) in enumerate(zip(vec, out)):
             fs = self._factors(g, factors)
             if isinstance(fs, float):
-                torch.mul(t, fs, out=o)
+                t.mul_(fs) if o is t else torch.mul(t, fs, out=o)
             else:
                 if o is not t:
                     o.copy_(t)
@@ -200,6 +200,8 @@ class VecPool:
     def recycle(self, keep: Sequence[Tensor]) -> None:
         """Let go of every vector ``keep`` does not hold (filled with NaN first in
         debug mode, see :mod:`gameopt.debug`)."""
+        if not self._owned:
+            return
         live = {t.untyped_storage().data_ptr() for t in keep}
         kept = [v for v in self._owned if v[0].untyped_storage().data_ptr() in live]
         if debug.enabled():
