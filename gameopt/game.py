@@ -427,6 +427,7 @@ class Game:
         self.layout = JointLayout(self.players)
         self._grad_views = [player.grad_views() for player in self.players]
         self._submodules = [m for p in self.players for m in p.submodules]  # checked every step (_unchanged)
+        self._cuda_devices = [key[0] for key in self.layout.keys if key[0].type == "cuda"]  # their generators
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
             names=[p.name for p in self.players],
@@ -461,13 +462,8 @@ class Game:
         self._made_views = [(vec, self._views(vec)) for vec in (self.layout.data, self.layout.grad)]
 
     def _unchanged(self) -> bool:
-        """Nothing moved since the layout was built (one C-level pass over all parameters)."""
-        w = self._watch
-        return (
-            all(map(operator.is_, map(_BUFFERS, self.players), w.buffers))
-            and links_intact(w.params, w.ptrs, w.shapes, w.subs, w.names, w.registered)
-            and all(map(Player.registry_intact, self.players))
-        )
+        """Nothing moved since the layout was built (C-level passes over all players at once)."""
+        return self._watch.intact()
 
     def _modules(self) -> list[nn.Module]:
         return [p.module for p in self.players if p.module is not None]
@@ -620,8 +616,7 @@ class Game:
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
 
     def _evaluations(self) -> Evaluations:
-        devices = [key[0] for key in self.layout.keys]
-        return Evaluations(self._submodules, devices)
+        return Evaluations(self._submodules, self._cuda_devices)
 
     @_autograd_on
     @_one_at_a_time
@@ -726,7 +721,8 @@ class Game:
         finally:
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
-            self._pool.recycle(tensors_in(kept))
+            if self._pool.lent:
+                self._pool.recycle(tensors_in(kept))
         if self._parallel is not None:  # BatchNorm statistics: rank 0's, as DDP's broadcast_buffers
             with torch.no_grad():
                 self._parallel.broadcast_coalesced_(self._replicated_buffers())
@@ -811,6 +807,7 @@ class Game:
 
 
 _BUFFERS = operator.attrgetter("buffers")
+_requires_grad = operator.attrgetter("requires_grad")
 
 
 def _uncompiled(module: nn.Module) -> nn.Module:
@@ -861,9 +858,11 @@ def _check_algorithm(algorithm: Any) -> None:
 
 class _Watch:
     """What a game's layout was built on: each player's buffers, where each parameter
-    is registered, and each parameter's storage pointer and shape."""
+    is registered, each parameter's storage pointer and shape, and every player's
+    registries (:meth:`Player.registry_watch`), all checked in one set of C-level passes."""
 
     def __init__(self, players: Sequence[Player], places: Sequence[tuple[nn.Module, str, nn.Parameter]]) -> None:
+        self.players = list(players)
         self.buffers = [p.buffers for p in players]
         self.subs = [sub for sub, _, _ in places]
         self.names = [name for _, name, _ in places]
@@ -871,6 +870,21 @@ class _Watch:
         self.params = [q for p in players for b in p.buffers for q in b.params]
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]
+        watched = [p.registry_watch() for p in players]
+        self.reg_dicts, self.reg_names, self.reg_values, self.dicts, self.sizes, self.flagged, self.flags = (
+            [x for w in watched for x in w[k]] for k in range(7)
+        )
+
+    def intact(self) -> bool:
+        """Nothing moved: the same buffers, registrations, storage, shapes and flags
+        (what ``links_intact`` and every player's ``registry_intact`` check)."""
+        return (
+            all(map(operator.is_, map(_BUFFERS, self.players), self.buffers))
+            and links_intact(self.params, self.ptrs, self.shapes, self.subs, self.names, self.registered)
+            and all(map(operator.is_, map(dict.get, self.reg_dicts, self.reg_names), self.reg_values))
+            and list(map(len, self.dicts)) == self.sizes
+            and list(map(_requires_grad, self.flagged)) == self.flags
+        )
 
 
 def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec], name: str) -> None:

@@ -197,16 +197,22 @@ class VecPool:
         self._owned.append(vec)
         return vec
 
+    @property
+    def lent(self) -> bool:
+        """Whether any vector is out (taken since the last :meth:`recycle`, or kept then)."""
+        return bool(self._owned)
+
     def recycle(self, keep: Sequence[Tensor]) -> None:
         """Let go of every vector ``keep`` does not hold (filled with NaN first in
         debug mode, see :mod:`gameopt.debug`)."""
-        if not self._owned:
-            return
         live = {t.untyped_storage().data_ptr() for t in keep}
         kept = [v for v in self._owned if v[0].untyped_storage().data_ptr() in live]
         if debug.enabled():
             debug.poison_(t for v in self._owned if v[0].untyped_storage().data_ptr() not in live for t in v)
         self._owned = kept
+
+
+_SUMMED = (torch.float32, torch.float64)  # summed as they are, read directly on the CPU
 
 
 def all_finite(vecs: Sequence[Tensor]) -> bool:
@@ -215,6 +221,8 @@ def all_finite(vecs: Sequence[Tensor]) -> bool:
     sync, far cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
     CPU are read directly (two dispatches per tensor: a step's bookkeeping is
     counted in dispatches, each far dearer right after a backward than when warm)."""
+    if len(vecs) == 1 and vecs[0].dtype in _SUMMED and vecs[0].device.type == "cpu":  # one joint tensor
+        return math.isfinite(vecs[0].sum())
     sums = []
     for t in vecs:
         if t.numel():

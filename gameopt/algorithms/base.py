@@ -319,9 +319,10 @@ class Algorithm:
         it, taking no vector. ``own_state``: ``rule_state`` is a temporary of this step
         (not the committed state), updated in place (see :mod:`gameopt.updates`)."""
         out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
-        factors = [-lr for lr in self.lrs]
-        state_ids = {id(t) for t in tensors_in(new_rule_state)}
-        if any(id(o) in state_ids for o in out):  # the rule keeps its result (momentum): leave it intact
+        factors = [-float(g["lr"]) for g in self.param_groups]
+        state_tensors = tensors_in(new_rule_state)
+        # the rule keeps its result (momentum): leave it intact
+        if state_tensors and not set(map(id, out)).isdisjoint(map(id, state_tensors)):
             step = oracle.layout.scale_(out, factors, out=d) if scratch else oracle.scaled(out, factors)
             return step, new_rule_state
         if out is d and not scratch:
