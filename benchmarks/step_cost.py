@@ -26,7 +26,18 @@ every step), ``torch.optim.SGD`` per player (zero_grad + backward), and cooper's
 interleaved directly against cooper's ``ExtraSGD`` (and Extra-Adam against
 ``ExtraAdam``).
 
-    python3 -m benchmarks.step_cost [--quick] [--out DIR] [--profile NAME]
+Small games: rock-paper-scissors (3x3 payoff matrix, float64, one thread), where a
+step's fixed cost is all there is. gameopt's ``SimGD`` step, without and with the
+players on the probability simplex (``constraints.Simplex()``, Euclidean projection),
+each timed interleaved with a bare loop doing the same on its own copy of the
+players: the same losses callable, one ``torch.autograd.grad`` per player, then
+``w -= lr * g`` in place (``w = P(w - lr * g)`` on the simplex). Ratio = gameopt
+step time / bare step time.
+
+    python3 -m benchmarks.step_cost [--quick] [--small] [--out DIR] [--profile NAME]
+
+``--small`` times only the small games (``step_cost_small.csv``); the full run
+includes them (group ``rps``).
 
 ``--breakdown`` times the pieces of a gameopt SimGD step (vector_field, _sync,
 all_finite, descend, ...) each against the plain ξ instead.
@@ -378,6 +389,101 @@ def sanity_check(pair: Pair) -> None:
     )
 
 
+# ------------------------------------------------------------------- small games
+RPS_LR = 0.01
+
+
+def rps_players() -> tuple[nn.Module, nn.Module, Tensor]:
+    """Two mixed strategies away from the equilibrium, and the RPS payoff matrix."""
+    from gameopt_players.matrix_games import ROCK_PAPER_SCISSORS, MixedStrategy
+
+    x = MixedStrategy(torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64))
+    y = MixedStrategy(torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64))
+    return x, y, ROCK_PAPER_SCISSORS
+
+
+def rps_gameopt(simplex: bool) -> Callable[[], object]:
+    """One gameopt ``SimGD`` step on rock-paper-scissors per call."""
+    from gameopt_players.matrix_games import matrix_game_losses
+
+    x, y, payoff = rps_players()
+    sets = {"constraint": gameopt.constraints.Simplex()} if simplex else {}
+    game = gameopt.Game(
+        [gameopt.Player(x, name="x", **sets), gameopt.Player(y, name="y", **sets)],
+        matrix_game_losses(x, y, payoff),
+        algorithm=gameopt.SimGD(RPS_LR),
+    )
+
+    def step() -> object:
+        return game.step()
+
+    step.point = lambda: torch.cat([x.p.detach(), y.p.detach()])  # type: ignore[attr-defined]
+    return step
+
+
+def rps_bare(simplex: bool) -> Callable[[], object]:
+    """The same step written by hand: one ``autograd.grad`` per player, an in-place update."""
+    from gameopt_players.matrix_games import matrix_game_losses
+
+    x, y, payoff = rps_players()
+    losses = matrix_game_losses(x, y, payoff)
+    px, py = x.p, y.p
+    project = gameopt.constraints.Simplex().project
+
+    def step() -> None:
+        loss_x, loss_y = losses()
+        (gx,) = torch.autograd.grad(loss_x, px, retain_graph=True)
+        (gy,) = torch.autograd.grad(loss_y, py)
+        with torch.no_grad():
+            if simplex:
+                px.copy_(project(px - RPS_LR * gx))
+                py.copy_(project(py - RPS_LR * gy))
+            else:
+                px.sub_(gx, alpha=RPS_LR)
+                py.sub_(gy, alpha=RPS_LR)
+
+    step.point = lambda: torch.cat([px.detach(), py.detach()])  # type: ignore[attr-defined]
+    return step
+
+
+def one_thread(run: Callable[[], Result]) -> Callable[[], Result]:
+    """A comparison timed with ``torch.set_num_threads(1)`` (the threads restored after)."""
+
+    def timed() -> Result:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return run()
+        finally:
+            torch.set_num_threads(threads)
+
+    return timed
+
+
+def small_games(rounds: int, target: float) -> list[Callable[[], Result]]:
+    """RPS: gameopt SimGD (unconstrained, and on the simplex) against the bare loop,
+    after checking that both follow the same iterates."""
+    desc = "rock-paper-scissors (3x3, float64, 1 thread)"
+    specs = []
+    for simplex in (False, True):
+        ours, bare = rps_gameopt(simplex), rps_bare(simplex)
+        for _ in range(50):
+            ours()
+            bare()
+        torch.testing.assert_close(ours.point(), bare.point(), msg=f"RPS (simplex={simplex}) iterates differ")  # type: ignore[attr-defined]
+        ours, bare = rps_gameopt(simplex), rps_bare(simplex)
+        kind = "SimGD+simplex" if simplex else "SimGD"
+        if not simplex:
+            specs.append(("A/A: bare loop vs itself", "noise floor", bare, bare))
+        specs.append((f"gameopt {kind}", "" if not simplex else "Euclidean projection", bare, ours))
+    return [
+        one_thread(
+            spec("rps", name, "bare loop", base, fn, note=note, desc=desc, rounds=rounds, target=target, max_s=MAX_S)
+        )
+        for name, note, base, fn in specs
+    ]
+
+
 # --------------------------------------------------------------------- profiling
 def profile(name: str, steps: int, pair_kind: str = "deep-narrow") -> None:
     pair = Pair(pair_kind)
@@ -472,6 +578,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument(
         "--breakdown", action="store_true", help="time the pieces of a gameopt SimGD step instead (both pairs)"
     )
+    parser.add_argument("--small", action="store_true", help="time only the small games (rock-paper-scissors)")
     args = parser.parse_args(argv)
     setup(args)
     if args.profile:
@@ -488,6 +595,14 @@ def main(argv: list[str] | None = None) -> list[Result]:
         results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log_result)
         print_table(results, "time of each piece of a SimGD step, as a fraction of one plain xi", "x xi")
         save_csv(results, out / f"step_cost_breakdown{suffix}.csv")
+        return results
+
+    if args.small:
+        results = measure(small_games(rounds, target), retries=retries, budget_s=args.retry_budget, log=log_result)
+        print_table(results, "ratio = median over rounds of (gameopt step time / bare loop step time)", "x bare")
+        for line in ["goals:", *small_goals(results)]:
+            print(line)
+        save_csv(results, out / f"step_cost_small{suffix}.csv")
         return results
 
     timed = functools.partial(spec, rounds=rounds, target=target, max_s=MAX_S)
@@ -511,6 +626,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
             label = theirs.removeprefix("ref: ")
             base_fn, fn = cands[theirs][0], cands[ours][0]
             specs.append(timed(f"{kind} vs cooper", f"{ours} / {label}", label, base_fn, fn, note="", desc=desc))
+    specs += small_games(rounds, target)
 
     results = measure(specs, retries=retries, budget_s=args.retry_budget, log=log_result)
     for r in results:
@@ -519,7 +635,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
 
     print_table(
         results,
-        "ratio = median over rounds of (step time / plain xi time); 'vs cooper' rows: gameopt time / cooper time",
+        "ratio = median over rounds of (step time / plain xi time); 'vs cooper' rows: gameopt time / cooper time; "
+        "'rps' rows: gameopt step time / bare loop step time",
         "ratio",
     )
     for line in goals(results):
@@ -529,7 +646,14 @@ def main(argv: list[str] | None = None) -> list[Result]:
     panels: dict[str, list[Result]] = {}
     for r in results:
         panels.setdefault(f"{r.group}: {r.extra['model']}", []).append(r)
-    goal_lines = {k: ([(1.05, "1.05"), (2.1, "2.1")] if "cooper" not in k else [(0.8, "1.25x faster")]) for k in panels}
+    goal_lines = {
+        k: [(0.8, "1.25x faster")]
+        if "cooper" in k
+        else [(1.2, "1.2")]
+        if k.startswith("rps")
+        else [(1.05, "1.05"), (2.1, "2.1")]
+        for k in panels
+    }
     bar_plot(
         panels,
         out / f"step_cost{suffix}.png",
@@ -556,6 +680,18 @@ def goals(results: list[Result]) -> list[str]:
         if kind != "deep-narrow":
             ok = "info"
         lines.append(f"  {ok}  {kind}: gameopt EG at least 1.25x faster than cooper ExtraSGD ({1 / r:.2f}x)")
+    lines += small_goals(results)
+    return lines
+
+
+def small_goals(results: list[Result]) -> list[str]:
+    """The small games' goal: a gameopt step at most 1.2 x the bare loop's."""
+    by = {(r.group, r.name): r.ratio for r in results}
+    lines = []
+    for name in ("gameopt SimGD", "gameopt SimGD+simplex"):
+        r = by.get(("rps", name))
+        if r is not None:
+            lines.append(f"  {'PASS' if r <= 1.2 else 'MISS'}  rps: {name} <= 1.2 x bare loop ({r:.3f})")
     return lines
 
 

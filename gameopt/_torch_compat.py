@@ -36,6 +36,7 @@ __all__ = [
     "flatten_dense",
     "make_dual",
     "mkldnn_disabled",
+    "optimizer_step_unobserved",
     "persistent_buffer_names",
     "post_accumulate_grad_hooks",
     "rehome_hooks",
@@ -97,6 +98,40 @@ except ImportError:  # pragma: no cover - torch < 2.3
     engine_run_backward = None
 if PUBLIC_ONLY:
     engine_run_backward = None
+
+
+# ------------------------------------------------------------- torch.optim's step
+# torch.optim.Optimizer wraps every subclass's ``step`` (``profile_hook_step``): a
+# profiler range, the global and per-optimizer step hooks, and
+# ``_optimizer_step_code`` (empty, for the profiler). An LR scheduler patches the
+# instance's ``step`` to count calls. With none of them in play the wrapper does
+# nothing but cost a profiler range. Reads ``_global_optimizer_pre_hooks`` /
+# ``_post_hooks`` (torch.optim.optimizer), the optimizer's
+# ``_optimizer_step_pre_hooks`` / ``_post_hooks`` and
+# ``torch._C._autograd._profiler_enabled``; checked on 2.13.0, present since 2.0.
+# Fallback: always the wrapper.
+try:
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    _profiler_enabled: Callable[[], bool] | None = torch._C._autograd._profiler_enabled
+except (ImportError, AttributeError):  # pragma: no cover - a torch that moved them
+    _profiler_enabled = None
+
+
+def optimizer_step_unobserved(optimizer: torch.optim.Optimizer) -> bool:
+    """True when nothing observes ``optimizer.step``: no step hook (global or the
+    optimizer's own), no patch of the instance's ``step`` (an LR scheduler's) and no
+    profiler running. The undecorated step then does all that ``step`` would."""
+    if _profiler_enabled is None or PUBLIC_ONLY:
+        return False
+    return not (
+        _global_optimizer_pre_hooks
+        or _global_optimizer_post_hooks
+        or getattr(optimizer, "_optimizer_step_pre_hooks", True)
+        or getattr(optimizer, "_optimizer_step_post_hooks", True)
+        or "step" in vars(optimizer)
+        or _profiler_enabled()
+    )
 
 
 # ----------------------------------------------------------- flat packing of tensors

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from .checks import check_number
+
+T = TypeVar("T")
 
 
 class LossError(ValueError):
@@ -139,6 +141,16 @@ class Evaluations:
                 for b, copy in saved:
                     # through .data: a kept graph may have saved b and must not see a version bump
                     b.data.copy_(copy)
+
+    def run(self, plain: bool, evaluate: Callable[[], T]) -> tuple[T, bool]:
+        """``evaluate()`` as one evaluation (``with self(plain) as own``), and ``own``;
+        the step's own evaluation enters no context."""
+        if plain and not self._plain_done:
+            out = evaluate()
+            self._plain_done = True
+            return out, True
+        with self(plain) as own:
+            return evaluate(), own
 
     def keep_metrics(self, metrics: dict[str, Any]) -> None:
         self.metrics = _detached(metrics)

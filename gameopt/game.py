@@ -41,6 +41,8 @@ def _autograd_on(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            return method(*args, **kwargs)  # already so: no context to enter
         with torch.inference_mode(False), torch.enable_grad():
             return method(*args, **kwargs)
 
@@ -110,14 +112,21 @@ class Oracle:
         ξ is not checked here: :meth:`~gameopt.Game.step` checks the update and the new state,
         which every ξ flows into. A point is checked before anything runs there."""
         which = range(self.num_players) if players is None else players
-        with (
-            self.game._at(at, along, lambda: self.where("a point to evaluate at")),
-            self.game._together(),
-            self.evaluations(plain=at is None and along is None) as own,
-        ):
-            if debug.enabled():  # the point is formed (``along`` read): earlier results are stale now
+        game = self.game
+        evaluate = functools.partial(autodiff.vector_field, game._problem, list(which), self.closure, self.scale)
+        if at is None and along is None and game._parallel is None:  # no point to form, no rank to wait for
+            if debug.enabled():  # earlier results are stale now
                 debug.poison_(t for vec in self.borrowed for t in vec)
-            losses, metrics = autodiff.vector_field(self.game._problem, list(which), self.closure, self.scale)
+            (losses, metrics), own = self.evaluations.run(True, evaluate)
+        else:
+            with (
+                game._at(at, along, lambda: self.where("a point to evaluate at")),
+                game._together(),
+                self.evaluations(plain=at is None and along is None) as own,
+            ):
+                if debug.enabled():  # the point is formed (``along`` read): earlier results are stale now
+                    debug.poison_(t for vec in self.borrowed for t in vec)
+                losses, metrics = evaluate()
         self._seen(losses, metrics if own else None)
         xi = self.game._mean_(self.layout.grad)
         if debug.enabled():
@@ -422,6 +431,7 @@ class Game:
         self.layout = JointLayout(self.players)
         self._grad_views = [player.grad_views() for player in self.players]
         self._submodules = [m for p in self.players for m in p.submodules]  # checked every step (_unchanged)
+        self._cuda_devices = [key[0] for key in self.layout.keys if key[0].type == "cuda"]  # their generators
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
             names=[p.name for p in self.players],
@@ -447,15 +457,17 @@ class Game:
             for k, p in enumerate(e.buffer.params)
             if (c := self.players[e.player].constraints.get(id(p))) is not None
         ]
+        # per joint group: the constrained parameters fill it (a move forms all of it through sets)
+        filled = [0] * len(self.layout.data)
+        for e, k, _ in self._constrained:
+            filled[e.group] += e.buffer.segments[k].numel
+        self._covered = [n == t.numel() for n, t in zip(filled, self.layout.data)]
+        self._made_views: list[tuple[Vec, list[Tensor]]] = []
+        self._made_views = [(vec, self._views(vec)) for vec in (self.layout.data, self.layout.grad)]
 
     def _unchanged(self) -> bool:
-        """Nothing moved since the layout was built (one C-level pass over all parameters)."""
-        w = self._watch
-        return (
-            all(map(operator.is_, map(_BUFFERS, self.players), w.buffers))
-            and links_intact(w.params, w.ptrs, w.shapes, w.subs, w.names, w.registered)
-            and all(map(Player.registry_intact, self.players))
-        )
+        """Nothing moved since the layout was built (C-level passes over all players at once)."""
+        return self._watch.intact()
 
     def _modules(self) -> list[nn.Module]:
         return [p.module for p in self.players if p.module is not None]
@@ -521,8 +533,14 @@ class Game:
         return e.buffer.views(self.layout.entry_view(vec, e))[k]
 
     def _views(self, vec: Vec, scale: Sequence[float] | None = None) -> list[Tensor]:
-        """The constrained parameters' views of ``vec`` (times their player's factor)."""
-        views = [self._param_view(vec, e, k) for e, k, _ in self._constrained]
+        """The constrained parameters' views of ``vec`` (times their player's factor);
+        those of the joint parameters and gradients are made once per layout."""
+        for tensors, made in self._made_views:
+            if len(vec) == len(tensors) and all(map(operator.is_, vec, tensors)):
+                views = made
+                break
+        else:
+            views = [self._param_view(vec, e, k) for e, k, _ in self._constrained]
         if scale is None:
             return views
         return [v * scale[e.player] for v, (e, _, _) in zip(views, self._constrained)]
@@ -535,13 +553,17 @@ class Game:
         Raises :class:`NonFiniteError`, with nothing written, if a set returns a
         point that is not finite."""
         with torch.no_grad():
+            if not self._constrained:
+                for o, x, d in zip(out, w, delta):  # one tensor per (device, dtype) group
+                    o.add_(d) if o is x else torch.add(x, d, out=o)
+                return out
             moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self._constrained, self._views(w), self._views(delta))]
             if not all_finite(moved):
                 raise NonFiniteError(self._not_finite_through_sets(moved))
-            for o, x, d in zip(out, w, delta):  # one tensor per (device, dtype) group
-                torch.add(x, d, out=o)
-            for (e, k, _), new in zip(self._constrained, moved):
-                self._param_view(out, e, k).copy_(new)
+            for o, x, d, covered in zip(out, w, delta, self._covered):
+                if not covered:  # a group that the sets' points do not fill
+                    o.add_(d) if o is x else torch.add(x, d, out=o)
+            tc.foreach_copy_(self._views(out), moved)
         return out
 
     def _not_finite_through_sets(self, points: Sequence[Tensor]) -> str:
@@ -598,8 +620,7 @@ class Game:
         return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
 
     def _evaluations(self) -> Evaluations:
-        devices = [key[0] for key in self.layout.keys]
-        return Evaluations(self._submodules, devices)
+        return Evaluations(self._submodules, self._cuda_devices)
 
     @_autograd_on
     @_one_at_a_time
@@ -649,9 +670,14 @@ class Game:
 
         Same as ``game.optimizer.step(closure)`` with the losses bound to these
         arguments: a step goes through ``torch.optim.Optimizer.step`` (its hooks,
-        and the learning-rate schedulers' step count).
+        and the learning-rate schedulers' step count) whenever a hook, a scheduler
+        or a profiler is there to see it.
         """
-        return self.optimizer.step(functools.partial(self.losses, *args, **kwargs))
+        closure = functools.partial(self.losses, *args, **kwargs)
+        optimizer = self.optimizer
+        if tc.optimizer_step_unobserved(optimizer):
+            return optimizer.step_unobserved(closure)
+        return optimizer.step(closure)
 
     @_autograd_on
     @_one_at_a_time
@@ -660,25 +686,26 @@ class Game:
         what ``game.optimizer.step(closure)`` runs. Prefer :meth:`step`."""
         self._sync()
         oracle = Oracle(self, closure)
-        old = self.algorithm.state
+        algorithm = self._algorithm
+        old = algorithm.state
         kept = old
         buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]
         try:
-            self.algorithm.check_groups()  # lr and every scheduled value, whoever set it
-            self.algorithm.sync_rule()  # scheduled betas, momentum, decay
-            delta, new_state = self.algorithm.update(oracle, old)
+            algorithm.check_groups()  # lr and every scheduled value, whoever set it
+            algorithm.sync_rule()  # scheduled betas, momentum, decay
+            delta, new_state = algorithm.update(oracle, old)
             new_tensors = tensors_in(new_state)
-            _check_not_borrowed(new_tensors, oracle.borrowed, type(self.algorithm).__name__)
+            if new_tensors:
+                _check_not_borrowed(new_tensors, oracle.borrowed, type(algorithm).__name__)
             if debug.enabled() and (untyped := _untyped_vectors(new_state, self.layout)):
                 raise TypeError(
-                    f"{type(self.algorithm).__name__}: joint vectors in the state must be gameopt.Vec (so that a "
+                    f"{type(algorithm).__name__}: joint vectors in the state must be gameopt.Vec (so that a "
                     f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
                 )
             if not all_finite(_unchecked(delta, new_tensors, old)):
                 raise NonFiniteError(oracle.where("the vector field ξ or the update"))
-            with torch.no_grad():
-                self.move(self.layout.data, delta, out=self.layout.data)
-            self.algorithm.state = kept = new_state
+            self.move(self.layout.data, delta, out=self.layout.data)
+            algorithm.state = kept = new_state
         except BaseException as err:
             with torch.no_grad():
                 for b, copy in buffers:
@@ -698,7 +725,8 @@ class Game:
         finally:
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
-            self._pool.recycle(tensors_in(kept))
+            if self._pool.lent:
+                self._pool.recycle(tensors_in(kept))
         if self._parallel is not None:  # BatchNorm statistics: rank 0's, as DDP's broadcast_buffers
             with torch.no_grad():
                 self._parallel.broadcast_coalesced_(self._replicated_buffers())
@@ -783,6 +811,7 @@ class Game:
 
 
 _BUFFERS = operator.attrgetter("buffers")
+_requires_grad = operator.attrgetter("requires_grad")
 
 
 def _module_buffers(player: Player) -> dict[str, Tensor]:
@@ -825,9 +854,11 @@ def _check_algorithm(algorithm: Any) -> None:
 
 class _Watch:
     """What a game's layout was built on: each player's buffers, where each parameter
-    is registered, and each parameter's storage pointer and shape."""
+    is registered, each parameter's storage pointer and shape, and every player's
+    registries (:meth:`Player.registry_watch`), all checked in one set of C-level passes."""
 
     def __init__(self, players: Sequence[Player], places: Sequence[tuple[nn.Module, str, nn.Parameter]]) -> None:
+        self.players = list(players)
         self.buffers = [p.buffers for p in players]
         self.subs = [sub for sub, _, _ in places]
         self.names = [name for _, name, _ in places]
@@ -835,6 +866,21 @@ class _Watch:
         self.params = [q for p in players for b in p.buffers for q in b.params]
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]
+        watched = [p.registry_watch() for p in players]
+        self.reg_dicts, self.reg_names, self.reg_values, self.dicts, self.sizes, self.flagged, self.flags = (
+            [x for w in watched for x in w[k]] for k in range(7)
+        )
+
+    def intact(self) -> bool:
+        """Nothing moved: the same buffers, registrations, storage, shapes and flags
+        (what ``links_intact`` and every player's ``registry_intact`` check)."""
+        return (
+            all(map(operator.is_, map(_BUFFERS, self.players), self.buffers))
+            and links_intact(self.params, self.ptrs, self.shapes, self.subs, self.names, self.registered)
+            and all(map(operator.is_, map(dict.get, self.reg_dicts, self.reg_names), self.reg_values))
+            and list(map(len, self.dicts)) == self.sizes
+            and list(map(_requires_grad, self.flagged)) == self.flags
+        )
 
 
 def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec], name: str) -> None:
@@ -851,7 +897,10 @@ def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec]
 def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> list[Tensor]:
     """The tensors of a step to check for finiteness, each once: the delta and the
     new state's tensors, less what the old state already held (checked when committed)."""
-    seen = {id(t) for t in tensors_in(old_state)}
+    old = tensors_in(old_state)
+    if not old and not new_tensors:
+        return list(delta)
+    seen = set(map(id, old))
     out = []
     for t in [*delta, *new_tensors]:
         if id(t) not in seen:

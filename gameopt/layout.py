@@ -129,7 +129,7 @@ class JointLayout:
         for g, (t, o) in enumerate(zip(vec, out)):
             fs = self._factors(g, factors)
             if isinstance(fs, float):
-                torch.mul(t, fs, out=o)
+                t.mul_(fs) if o is t else torch.mul(t, fs, out=o)
             else:
                 if o is not t:
                     o.copy_(t)
@@ -193,6 +193,11 @@ class VecPool:
         vec = self.layout.empty()
         self._owned.append(vec)
         return vec
+
+    @property
+    def lent(self) -> bool:
+        """Whether any vector is out (taken since the last :meth:`recycle`, or kept then)."""
+        return bool(self._owned)
 
     def recycle(self, keep: Sequence[Tensor]) -> None:
         """Let go of every vector ``keep`` does not hold (filled with NaN first in

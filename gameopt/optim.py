@@ -65,6 +65,12 @@ class GameOptimizer(torch.optim.Optimizer):
             RuntimeError: the game's algorithm was replaced since this optimizer was made.
             gameopt.NonFiniteError: a non-finite step (nothing changed), unless the game skips it.
         """
+        return self.step_unobserved(closure)
+
+    def step_unobserved(self, closure: Callable[[], Any] | None = None) -> StepLosses:
+        """:meth:`step` without ``torch.optim``'s wrapper (step hooks, an LR scheduler's
+        count, the profiler's range): what the game calls when none of them is in play
+        (``gameopt._torch_compat.optimizer_step_unobserved``)."""
         game = self._game
         if game is None:
             raise RuntimeError("this GameOptimizer has no game")

@@ -229,6 +229,24 @@ class Player:
             and list(map(_requires_grad, self._flagged)) == self._flags
         )
 
+    def registry_watch(
+        self,
+    ) -> tuple[list[dict], list[str], list[Any], list[dict], list[int], list[Tensor], list[bool]]:
+        """What :meth:`registry_intact` compares, for a caller that checks several
+        players in one pass: the registries, the names looked up in them and the values
+        found there at fusing; the registries and their sizes; the parameters whose
+        ``requires_grad`` is watched and their flags. Valid until the player re-fuses
+        (a new ``buffers`` tuple)."""
+        return (
+            self._reg_dicts,
+            self._reg_names,
+            self._reg_values,
+            self._dicts,
+            self._sizes,
+            self._flagged,
+            self._flags,
+        )
+
     def why_stale(self) -> str | None:
         """Why the module no longer uses this player's buffers, or ``None``: a
         parameter replaced, converted, added, removed, frozen or unfrozen, or a

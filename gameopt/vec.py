@@ -147,12 +147,17 @@ def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:
     return Vec(a).dot(b)
 
 
+_SUMMED = (torch.float32, torch.float64)  # summed as they are, read directly on the CPU
+
+
 def all_finite(vecs: Sequence[Tensor]) -> bool:
     """True when every element is finite: one reduction per tensor (a sum, which
     any NaN or infinity poisons; half precision is summed in float32) and one host
     sync, far cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
     CPU are read directly (two dispatches per tensor: a step's bookkeeping is
     counted in dispatches, each far dearer right after a backward than when warm)."""
+    if len(vecs) == 1 and vecs[0].dtype in _SUMMED and vecs[0].device.type == "cpu":  # one joint tensor
+        return math.isfinite(vecs[0].sum())
     sums = []
     for t in vecs:
         if t.numel():

@@ -5,6 +5,7 @@ explicit state, and the (step, new state) contract."""
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,14 @@ def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
 @functools.cache
 def _hypers_of(cls: type) -> dict[str, Hyper]:
     return {k: v for c in reversed(cls.__mro__) for k, v in vars(c).items() if isinstance(v, Hyper)}
+
+
+def _immutable(value: Any) -> bool:
+    """A setting that cannot change without being replaced: a number, a string, None,
+    or a tuple of them (``betas``). A list may change in place."""
+    if type(value) is tuple:
+        return all(map(_immutable, value))
+    return value is None or type(value) in (float, int, str, bool)
 
 
 def _shared(owner: str, name: str, values: list[Any]) -> Any:
@@ -172,6 +181,8 @@ class Algorithm:
         self.param_groups: list[dict[str, Any]] = []  # one per player, once bound
         self.defaults: dict[str, Any] = {}  # torch.optim's defaults: the first player's values
         self.state: State = {}
+        # what check_groups last found good: every key and value of the param groups, and the rules
+        self._checked: tuple[list[Any], list[UpdateRule]] | None = None
 
     @classmethod
     def hypers(cls) -> dict[str, Hyper]:
@@ -268,15 +279,24 @@ class Algorithm:
         is negative where it must not be, not finite, a string or None raises
         ``ValueError`` naming the group and the key (``param_groups[1].lr``). The game calls this
         at the start of each step, before anything changes."""
-        hypers = self.hypers()
+        groups = self.param_groups
+        read = [x for group in groups for item in group.items() for x in item]
         rules = self._rules()
-        for k, group in enumerate(self.param_groups):
+        checked = getattr(self, "_checked", None)
+        if checked is not None and len(read) == len(checked[0]) and all(map(operator.is_, read, checked[0])):
+            if all(map(operator.is_, rules, checked[1])):
+                return  # the very values checked before (numbers: immutable)
+        self._checked = None
+        hypers = self.hypers()
+        for k, group in enumerate(groups):
             check_number(f"param_groups[{k}].lr", group.get("lr"), low=0.0)
             for name, hyper in hypers.items():
                 hyper.check(group.get(name), f"param_groups[{k}].{name}")
             for rule in (r.for_player(k) for r in rules):
                 for name in rule.schedulable:
                     rule.check(name, group.get(name), f"param_groups[{k}].{name}")
+        if all(_immutable(v) for group in groups for key, v in group.items() if key != "params"):
+            self._checked = (read, rules)
 
     # ------------------------------------------------------------ interface
     def init_state(self, game: GameView) -> State:
@@ -299,9 +319,10 @@ class Algorithm:
         it, taking no vector. ``own_state``: ``rule_state`` is a temporary of this step
         (not the committed state), updated in place (see :mod:`gameopt.updates`)."""
         out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
-        factors = [-lr for lr in self.lrs]
-        state_ids = {id(t) for t in tensors_in(new_rule_state)}
-        if any(id(o) in state_ids for o in out):  # the rule keeps its result (momentum): leave it intact
+        factors = [-float(g["lr"]) for g in self.param_groups]
+        state_tensors = tensors_in(new_rule_state)
+        # the rule keeps its result (momentum): leave it intact
+        if state_tensors and not set(map(id, out)).isdisjoint(map(id, state_tensors)):
             step = oracle.layout.scale_(out, factors, out=d) if scratch else oracle.scaled(out, factors)
             return step, new_rule_state
         if out is d and not scratch:

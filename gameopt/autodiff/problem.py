@@ -50,6 +50,11 @@ class Problem:
 
     # Made once per layout (the game builds a new problem when a player re-fuses):
     @functools.cached_property
+    def inputs(self) -> list[tuple[nn.Parameter, ...]]:
+        """Per player, its parameters as the tuple autograd's engine takes."""
+        return [tuple(ps) for ps in self.params]
+
+    @functools.cached_property
     def registrations(self) -> list[tuple[nn.Module, str, nn.Parameter]]:
         """(module, name, parameter) for every place a parameter is registered."""
         return [

@@ -63,40 +63,59 @@ def vector_field(
             dst, src, pending = [], [], 0
     if dst:
         _copy_into(dst, src, scale)
+    if scale == 1.0:
+        return [loss.detach() if loss.dim() == 0 else loss.detach().reshape(()) for loss in losses], metrics
     return [(loss.detach() / scale).reshape(()) for loss in losses], metrics
 
 
 def _captured(problem: Problem, i: int, loss: Tensor, retain_graph: bool, dst: list[Tensor], src: list[Tensor]) -> int:
     """``autograd.grad`` of player i's loss: queue its gradients (``src``) for a copy into
     its views (``dst``); a view no gradient reaches is zeroed now. Returns its size."""
-    with torch.no_grad():  # the zeroing; autograd.grad itself does not depend on grad mode
-        try:
-            grads = torch.autograd.grad(loss, problem.params[i], retain_graph=retain_graph, allow_unused=True)
-        except RuntimeError as err:
-            if loss.grad_fn is None:
-                raise no_path_error(problem.names[i]) from err
-            raise
-        views = problem.grad_views[i]
-        if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
-            dst += views  # the common case
-            src += grads
-        else:
-            have = [(v, g) for v, g in zip(views, grads) if g is not None]
-            if not have:
-                raise no_path_error(problem.names[i])
-            for v, g in zip(views, grads):
-                if g is None:
-                    v.zero_()
-            dst += [v for v, _ in have]
-            src += [g.to_dense() if g.is_sparse else g for _, g in have]
+    try:
+        grads = _gradient(loss, problem.inputs[i], retain_graph)
+    except RuntimeError as err:
+        if loss.grad_fn is None:
+            raise no_path_error(problem.names[i]) from err
+        raise
+    views = problem.grad_views[i]
+    if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
+        dst += views  # the common case
+        src += grads
+        return problem.sizes[i]
+    have = [(v, g) for v, g in zip(views, grads) if g is not None]
+    if not have:
+        raise no_path_error(problem.names[i])
+    with torch.no_grad():  # the zeroing
+        for v, g in zip(views, grads):
+            if g is None:
+                v.zero_()
+    dst += [v for v, _ in have]
+    src += [g.to_dense() if g.is_sparse else g for _, g in have]
     return problem.sizes[i]  # ``grads`` goes with this frame: once copied, no gradient outlives its batch
 
 
+def _gradient(loss: Tensor, inputs: tuple[Tensor, ...], retain_graph: bool) -> tuple[Tensor | None, ...]:
+    """``torch.autograd.grad(loss, inputs, allow_unused=True)`` of a one-element loss:
+    straight to autograd's engine with ``ones_like(loss)`` as the output's gradient
+    (what ``grad`` forms for it), without ``grad``'s Python-side handling of its
+    arguments. A loss that is not a real floating-point tensor, or tensors with
+    ``__torch_function__``, take the public function (and its errors)."""
+    if (
+        tc.engine_run_backward is None
+        or not loss.is_floating_point()
+        or torch.overrides.has_torch_function((loss, *inputs))
+    ):
+        return torch.autograd.grad(loss, inputs, retain_graph=retain_graph, allow_unused=True)
+    ones = (torch.ones_like(loss, memory_format=torch.preserve_format),)
+    return tc.engine_run_backward((loss,), ones, retain_graph, False, inputs, True, accumulate_grad=False)
+
+
 def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
-    with torch.no_grad():
-        tc.foreach_copy_(dst, src)
-        if scale != 1.0:
-            tc.foreach_div_(dst, scale)
+    """The captured gradients into the gradient buffers' views (tensors outside any
+    graph: no grad mode to switch)."""
+    tc.foreach_copy_(dst, src)
+    if scale != 1.0:
+        tc.foreach_div_(dst, scale)
 
 
 def _in_place(problem: Problem, i: int) -> bool:
