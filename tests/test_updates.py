@@ -281,7 +281,7 @@ def test_tensors_normalizer_counts_the_fused_tensors_of_all_players() -> None:
 
 def test_default_sign_normalizer_is_the_papers_dimension() -> None:
     sga = gameopt.SGA()
-    assert sga.hyper["sign_normalizer"] == "dimension"
+    assert sga.settings["sign_normalizer"] == "dimension"
     assert "sign_normalizer='dimension'" in repr(sga)
 
 
@@ -307,7 +307,7 @@ def test_sga_bad_arguments_raise_a_value_error_naming_them(kw, name) -> None:
 
 def test_sga_ints_are_numbers() -> None:
     sga = gameopt.SGA(1, lam=2, eps=0)
-    assert sga.hyper["lam"] == 2.0 and sga.hyper["eps"] == 0.0
+    assert sga.settings["lam"] == 2.0 and sga.settings["eps"] == 0.0
 
 
 # ----------------------------------------------- extrapolate / resume (issue 13)
