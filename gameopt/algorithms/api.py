@@ -1,35 +1,37 @@
 """The contract for algorithm authors, in one place: a new algorithm imports only
 from here (``from gameopt.algorithms.api import Algorithm, Hyper, Oracle, ...``).
 
-An algorithm is a subclass of :class:`Algorithm` (or of :class:`Wrapper`, around
-another algorithm) that implements ``init_state(game) -> state`` and
-``update(oracle, state) -> (delta, new_state)``: it asks the :class:`Oracle` for ξ,
-for a :class:`Linearization` (Jacobian products) and for moves through the players'
-feasible sets, and returns the step ``delta`` (the game applies ``w ← w + delta``)
-and its new state. The state is a plain dict (what checkpoints hold), typed by a
+An algorithm is a subclass of ``Algorithm`` (or of ``Wrapper``, around another
+algorithm) that implements ``init_state(game) -> state`` and
+``update(oracle, state) -> (delta, new_state)``: it asks the ``Oracle`` for ξ, for a
+``Linearization`` (Jacobian products) and for moves through the players' feasible
+sets, and returns the step ``delta`` (the game applies ``w ← w + delta``) and its
+new state. The state is a plain dict (what checkpoints hold), typed by a
 ``TypedDict`` (``class MyAlgorithm(Algorithm[MyState])``); everything the algorithm
 remembers lives in it. The game commits both only if they are finite.
 
-What it holds:
+What it holds (each name documented where it is defined):
 
-* :data:`Oracle`: what an algorithm may ask of the game during a step, with what is
+* ``Oracle``: what an algorithm may ask of the game during a step, with what is
   borrowed and what is the caller's (:class:`gameopt.protocols.OracleInterface`);
-* :data:`Linearization`: ξ with its graph, for Jv, Jᵀv, block and shaping products
+* ``Linearization``: ξ with its graph, for Jv, Jᵀv, block and shaping products
   (:class:`gameopt.protocols.Linearization`);
-* :class:`Algorithm`, :class:`Wrapper`, :class:`Hyper`: the base classes and the
-  declaration of a schedulable hyperparameter (:class:`gameopt.Algorithm`,
-  :class:`gameopt.Wrapper`, :class:`gameopt.Hyper`);
-* :class:`UpdateRule` and :data:`RuleState`: the per-player update rules an algorithm
-  composes with (``self.descend`` applies one), their declared capabilities
-  (``memory_flags``; the optional ``extrapolate``/``resume``), and
-  :func:`apply_rule`, which calls a rule with the memory flags it declares
-  (:class:`gameopt.UpdateRule`);
-* :class:`FeasibleSet` and :class:`Constraint`: the contract of a player's feasible
-  set (:class:`gameopt.constraints.FeasibleSet`), and :func:`as_constraint`;
-* the typed states of the built-in algorithms (below), :data:`State` (any algorithm's
-  state) and :class:`GameView` (the game an algorithm is bound to);
-* :class:`Vec` (joint vectors) and the argument checks ``check_number``,
-  ``check_bool`` and ``check_per_player``.
+* ``Algorithm``, ``Wrapper``, ``Hyper``: the base classes and the declaration of a
+  schedulable hyperparameter (:class:`gameopt.Algorithm`, :class:`gameopt.Wrapper`,
+  :class:`gameopt.Hyper`);
+* ``UpdateRule`` and ``RuleState``: the per-player update rules an algorithm
+  composes with (``self.descend`` applies one) and their state, with their declared
+  capabilities (``memory_flags``; the optional ``extrapolate``/``resume``;
+  :class:`gameopt.UpdateRule`), and ``apply_rule``, which calls a rule with the
+  memory flags it declares (:func:`gameopt.updates.apply`);
+* ``FeasibleSet`` and ``Constraint``: the contract of a player's feasible set
+  (:class:`gameopt.constraints.FeasibleSet`, :class:`gameopt.constraints.Constraint`),
+  and ``as_constraint`` (:func:`gameopt.constraints.as_constraint`);
+* the typed states of the built-in algorithms (below), :data:`State` (any
+  algorithm's state) and ``GameView`` (the game an algorithm is bound to,
+  :class:`gameopt.protocols.GameView`);
+* ``Vec`` (joint vectors, :class:`gameopt.Vec`) and the argument checks
+  ``check_number``, ``check_bool`` and ``check_per_player``.
 """
 
 from __future__ import annotations
