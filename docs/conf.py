@@ -48,8 +48,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(int|float|bool|str|dict|list|tuple|object|None|type|bytes|optional|callable)"),
     (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|S|Vecs|Spec)"),
     (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
-    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec)"),
-    (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable)"),
+    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|S)"),
+    (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable|JointLayout)"),
 ]
 
 # API reference
@@ -148,7 +148,7 @@ def _api_page(app) -> None:  # noqa: ANN001
         ("gameopt.updates", [f"   :exclude-members: {in_all}"]),
         ("gameopt.debug", []),
         ("gameopt.protocols", []),
-        ("gameopt.algorithms.api", []),
+        ("gameopt.algorithms.api", ["   :ignore-module-all:"]),
     ]:
         members = [] if any(":members:" in e or ":no-members:" in e for e in extra) else ["   :members:"]
         lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}"] + members + extra + [""]

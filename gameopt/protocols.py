@@ -23,7 +23,7 @@ Along = tuple["Vec", Sequence[float]]  # (direction, one factor per player)
 
 class Linearization(Protocol):
     """ξ at one point with its graph, for Jacobian products: what
-    :meth:`OracleInterface.linearize` returns (:class:`gameopt.autodiff.Linearization`,
+    ``oracle.linearize()`` returns (:class:`gameopt.autodiff.Linearization`,
     or :class:`gameopt.autodiff.ZeroSumLinearization` for a two-player zero-sum game).
 
     Notation: J = ∂ξ/∂w, the game Jacobian; D = blockdiag(∂ξ_i/∂w_i); H_o = J − D,
@@ -33,7 +33,7 @@ class Linearization(Protocol):
     a product with ``last=True``, which frees it.
     """
 
-    #: ξ at the point, detached (the caller's: an algorithm may update it in place)
+    #: ξ at the point, detached (the caller's, so an algorithm may update it in place)
     xi: Vec
     #: the players' losses at the point, with their graphs
     losses: Sequence[Tensor]
@@ -138,7 +138,7 @@ class OracleInterface(Protocol):
     point is checked finite before anything is evaluated there.
     """
 
-    #: the joint layout: ``player_views``, ``zeros``, ``empty``, ``scale_``, ``num_elements``
+    #: the joint layout (``player_views``, ``zeros``, ``empty``, ``scale_``, ``num_elements``)
     layout: JointLayout
 
     @property

@@ -77,7 +77,7 @@ class UpdateRule:
     * ``nonnegative``: state entries checked non-negative when a checkpoint loads.
     """
 
-    #: whether :meth:`apply` takes the memory flags ``scratch`` and ``own_state``
+    #: whether ``apply`` takes the memory flags ``scratch`` and ``own_state``
     memory_flags: bool = False
     schedulable: tuple[str, ...] = ()
     #: state entries that hold second moments (checked non-negative when a checkpoint loads)
@@ -112,11 +112,17 @@ class UpdateRule:
         raise KeyError(name)
 
     def init(self, like: list[Tensor]) -> State:
+        """The state before the first step, for directions shaped as ``like``."""
         return {}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
     ) -> tuple[list[Tensor], State]:
+        """``(out, new_state)``: the direction followed for the direction ``d``, and the
+        new state. New tensors come from ``empty()`` (shaped like ``d``); ``d`` and
+        ``state`` stay as they are, unless the rule declares :attr:`memory_flags` and
+        the caller passes ``scratch`` (``d`` may be overwritten, ``out`` may be ``d``)
+        or ``own_state`` (``state`` is updated in place). Identity here."""
         return d, state
 
     def extrapolate(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
@@ -157,7 +163,7 @@ def apply(
     own_state: bool = False,
 ) -> tuple[list[Tensor], State]:
     """``rule.apply`` with the memory flags (``scratch``, ``own_state``) when the rule
-    declares that it takes them (:attr:`UpdateRule.memory_flags`); a rule written
+    declares that it takes them (``UpdateRule.memory_flags``); a rule written
     without them gets the default contract."""
     if rule.memory_flags:
         return rule.apply(d, state, empty, scratch=scratch, own_state=own_state)

@@ -77,12 +77,12 @@ __all__ = [
     "check_per_player",
 ]
 
-#: any algorithm's state, as the game and checkpoints see it: a dict
+#: any algorithm's state as the game and checkpoints see it, a dict
 State = dict[str, Any]
 
 
 class DescentState(TypedDict):
-    """The state of an algorithm that keeps only its update rule's: :class:`Algorithm`'s
+    """The state of an algorithm that keeps only its update rule's: :class:`~gameopt.Algorithm`'s
     default, and that of ``SimGD``, ``AltGD``, ``Extragradient``, ``HamiltonianGD``,
     ``ConsensusOptimization``, ``SGA``, ``LA``, ``LOLA`` and ``SOS``."""
 
