@@ -46,10 +46,10 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(Optimizer|FlatParameter|Tensor|Module|Parameter|LinearOperator|Axes|Figure|Generator|ndarray|Path)"),
     (r"py:.*", r"(Any|Callable|Iterable|Iterator|Sequence|Mapping|MutableMapping|Self|Literal|TypeVar|ParamSpec)"),
     (r"py:.*", r"(int|float|bool|str|dict|list|tuple|object|None|type|bytes|optional|callable)"),
-    (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|Vecs|Spec)"),
+    (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|S|Vecs|Spec)"),
     (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
-    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec)"),
-    (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable)"),
+    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|S)"),
+    (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable|JointLayout)"),
 ]
 
 # API reference
@@ -129,7 +129,8 @@ def _api_page(app) -> None:  # noqa: ANN001
         "",
         "Generated from the docstrings. Every name in ``gameopt.__all__`` is listed here,",
         "then the modules :mod:`gameopt.constraints`, :mod:`gameopt.diagnostics`,",
-        ":mod:`gameopt.updates` and :mod:`gameopt.debug`, and the pieces of the internals",
+        ":mod:`gameopt.updates`, :mod:`gameopt.debug`, :mod:`gameopt.protocols` and",
+        ":mod:`gameopt.algorithms.api` (the contract of an algorithm), and the pieces of the internals",
         "that an algorithm of your own meets (:mod:`gameopt.autodiff`'s linearizations).",
         "",
         ".. currentmodule:: gameopt",
@@ -147,6 +148,7 @@ def _api_page(app) -> None:  # noqa: ANN001
         ("gameopt.updates", [f"   :exclude-members: {in_all}"]),
         ("gameopt.debug", []),
         ("gameopt.protocols", []),
+        ("gameopt.algorithms.api", ["   :ignore-module-all:"]),
     ]:
         members = [] if any(":members:" in e or ":no-members:" in e for e in extra) else ["   :members:"]
         lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}"] + members + extra + [""]

@@ -9,14 +9,12 @@ game forms its new points (and extrapolation points) through it, so each becomes
 its projected or mirror version.
 
 A set of your own is a subclass of :class:`Constraint` (override ``project``,
-and what else differs), or any object with ``project(w)`` (the Euclidean
-projection onto the set, out of place: the :class:`FeasibleSet` protocol), and
-optionally ``step(w, delta)`` (a mirror step; default ``project(w + delta)``),
-``delta_to(w, target)`` (the step from ``w`` that lands on ``target``; default
-``target - w``), ``check(shape, name)`` (raise ``ValueError`` if the set does not
-fit a parameter of that shape) and ``convex`` (a bool; default True). A player
-takes such an object through :func:`as_constraint`, which fills in the defaults
-once, so the game calls one interface, :class:`Constraint`.
+and what else differs), or any object that follows :class:`FeasibleSet`, the one
+documented contract (``project``; optionally ``step``, ``delta_to``, ``check``,
+``contains``, ``convex``). A player takes such an object through
+:func:`as_constraint`, which fills in the defaults once, so the game calls one
+interface, :class:`Constraint`, and probes nothing. Both are re-exported by
+:mod:`gameopt.algorithms.api`.
 
 Every point a game forms through a set (a step, an extrapolation or look-ahead
 point) is checked finite before it is used or committed: a set that returns NaN
@@ -36,13 +34,40 @@ from .checks import check_number
 
 @runtime_checkable
 class FeasibleSet(Protocol):
-    """The least a feasible set must have: the Euclidean projection, out of place."""
+    """The contract of a feasible set for one parameter tensor: what a player takes
+    as ``constraint=`` and the game calls.
+
+    Required:
+
+    * ``project(w)``: the Euclidean projection of ``w`` onto the set, a new tensor
+      (``w`` is the game's, read only).
+
+    Optional (declared by having them; :func:`as_constraint` fills in the default of
+    each one missing, once, when the player is built):
+
+    * ``step(w, delta)``: the new point from the feasible ``w`` along the step
+      ``delta`` (a new tensor): a mirror step; default ``project(w + delta)``;
+    * ``delta_to(w, target)``: the step from ``w`` whose ``step`` lands on the
+      feasible ``target``; default ``target − w``;
+    * ``check(shape, name)``: raise ``ValueError`` if the set does not fit a
+      parameter of that shape (called once per parameter); default: fits all;
+    * ``contains(w, tol)``: whether ``w`` is in the set; default: ``project(w)``
+      within ``tol`` of ``w``;
+    * ``convex`` (a bool): an average of feasible points is feasible; default True
+      (where False, averaging wrappers project their averages).
+
+    :class:`Constraint` implements it with every default; a subclass overrides
+    ``project`` and what else differs.
+    """
 
     def project(self, w: Tensor) -> Tensor: ...
 
 
 class Constraint:
-    """Base class: a closed set with its Euclidean projection."""
+    """Base class of the feasible sets: :class:`FeasibleSet` with every optional
+    member, the defaults for those a subclass leaves out. The game calls only these
+    methods (a set given as a plain :class:`FeasibleSet` is wrapped once by
+    :func:`as_constraint`)."""
 
     convex = True
 

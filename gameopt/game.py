@@ -120,7 +120,7 @@ class Oracle:
             (losses, metrics), own = self.evaluations.run(True, evaluate)
         else:
             with (
-                game._at(at, along, lambda: self.where("a point to evaluate at")),
+                game._at(at, along, lambda: self.not_finite_message("a point to evaluate at")),
                 game._together(),
                 self.evaluations(plain=at is None and along is None) as own,
             ):
@@ -181,12 +181,12 @@ class Oracle:
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if zero_sum and self.game._parallel is None and not all_finite(self._all_losses[-1]):
             # whether they are (f, −f) cannot be checked (a data-parallel game: ξ's check below)
-            raise NonFiniteError(self.where("a loss of the zero-sum game"))
+            raise NonFiniteError(self.not_finite_message("a loss of the zero-sum game"))
         if (check or self.game._parallel is not None) and not all_finite(lin.xi):
-            raise NonFiniteError(self.where("the vector field ξ"))
+            raise NonFiniteError(self.not_finite_message("the vector field ξ"))
         return lin
 
-    def where(self, what: str) -> str:
+    def not_finite_message(self, what: str) -> str:
         """An error message: ``what`` is not finite, with the players whose losses were not."""
         bad = [
             p.name
@@ -703,7 +703,7 @@ class Game:
                     f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
                 )
             if not all_finite(_unchecked(delta, new_tensors, old)):
-                raise NonFiniteError(oracle.where("the vector field ξ or the update"))
+                raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
             self.move(self.layout.data, delta, out=self.layout.data)
             algorithm.state = kept = new_state
         except BaseException as err:

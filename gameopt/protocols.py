@@ -52,7 +52,7 @@ class Linearization(Protocol):
         ...
 
     def diag(self, v: Vec) -> Vec:
-        """D v."""
+        """Dv = (∂ξ_i/∂w_i v_i)_i."""
         ...
 
     def offdiag_jvp(self, v: Vec) -> Vec:
@@ -68,8 +68,8 @@ class Linearization(Protocol):
         ...
 
     def block_vjp_parts(self, i: int, j: int, u_i: Sequence[Tensor]) -> Vec:
-        """(∂ξ_i/∂w_j)ᵀ u_i on players' parts: one flat tensor per buffer of player i
-        in, one per buffer of player j out."""
+        """(∂ξ_i/∂w_j)ᵀ u_i on the players' parts: ``u_i`` one flat tensor per buffer of
+        player i (as ``layout.player_views``), the result one per buffer of player j."""
         ...
 
     def cross_gradients(self) -> list[Vec]:
@@ -113,21 +113,51 @@ class Steppable(Protocol):
 
 
 class OracleInterface(Protocol):
-    """What an algorithm may ask of the game during one step (see
-    :class:`gameopt.game.Oracle` for the contract: what is borrowed, what is the
-    caller's, what is checked)."""
+    """What an algorithm may ask of the game during one step (the concrete class is
+    :class:`gameopt.game.Oracle`; :mod:`gameopt.algorithms.api` re-exports this
+    protocol as ``Oracle``).
 
+    Vectors are joint vectors (:class:`~gameopt.Vec`: one flat tensor per (device,
+    dtype) group; ``layout.player_views(vec, i)`` is player i's part).
+
+    Ownership: what :meth:`xi` returns is *borrowed*: the game's gradient buffer,
+    valid until the next :meth:`xi`; the algorithm may overwrite it, return it as
+    its step, or pass it to the next :meth:`xi` as ``along``, but never keep it in
+    its state. Everything else is the caller's: the linearization and its vectors,
+    and the vectors of :meth:`empty`, :meth:`moved`, :meth:`delta_to` and
+    :meth:`scaled` (taken from the game's pool: kept after the step only if the
+    returned state holds them). :attr:`params` is read only. :mod:`gameopt.debug`
+    makes misuse fail loudly.
+
+    Checks: :meth:`xi` does not check finiteness (the step's check of the update and
+    the new state covers it); :meth:`linearize` does unless told otherwise; every
+    point is checked finite before anything is evaluated there.
+    """
+
+    #: the joint layout (``player_views``, ``zeros``, ``empty``, ``scale_``, ``num_elements``)
     layout: JointLayout
 
     @property
-    def num_players(self) -> int: ...
+    def num_players(self) -> int:
+        """The number of players."""
+        ...
 
     @property
-    def params(self) -> Vec: ...
+    def params(self) -> Vec:
+        """The current point, read only (return a delta instead of writing here)."""
+        ...
 
-    def empty(self) -> Vec: ...
+    def empty(self) -> Vec:
+        """A new joint vector of the caller's, contents undefined (from the game's pool)."""
+        ...
 
-    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec: ...
+    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec:
+        """ξ at the current point, at the point ``at``, or with ``along=(d, factors)`` at
+        w + factorᵢ·dᵢ (each player's part with its factor, through the players'
+        feasible sets; ``d`` is left as it is). With ``players`` (indices), only those
+        players' parts are computed (the rest is meaningless). Borrowed: the game's
+        gradient buffer, valid until the next call. Not checked finite."""
+        ...
 
     def linearize(
         self,
@@ -136,16 +166,41 @@ class OracleInterface(Protocol):
         zero_sum: bool = False,
         batched: bool = False,
         cross: bool = False,
-    ) -> Linearization: ...
+    ) -> Linearization:
+        """ξ at the current point (or ``at``) with its graph, for Jacobian products
+        (the caller's). ``check``: refuse a non-finite ξ at once
+        (:class:`~gameopt.NonFiniteError`); an algorithm whose update is non-finite
+        whenever ξ is may pass False. ``zero_sum``: the game is two players with
+        losses (f, −f) (checked): every product is a Hessian-vector product of f;
+        ``batched``: its paired products (``vjp_jvp``) in one double backward.
+        ``cross``: keep the cross gradients with their graphs, so that H_o v and χ
+        cost one reverse pass per player."""
+        ...
 
-    def moved(self, delta: Vec, at: Vec | None = None) -> Vec: ...
+    def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
+        """A new vector (the caller's): the point reached from the current point (or
+        ``at``) by the step ``delta``, through the players' feasible sets (``w + delta``
+        where there are none). ``delta`` is left as it is."""
+        ...
 
-    def delta_to(self, target: Vec) -> Vec: ...
+    def delta_to(self, target: Vec) -> Vec:
+        """A new vector (the caller's): the step whose move from the current point
+        lands on the feasible point ``target``."""
+        ...
 
-    def project_nonconvex_(self, vec: Vec) -> Vec: ...
+    def project_nonconvex_(self, vec: Vec) -> Vec:
+        """In place: project the parts of ``vec`` whose feasible set is not convex
+        (an average of feasible points); returns ``vec``."""
+        ...
 
-    def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec: ...
+    def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """A new vector (the caller's): each player's part of ``vec`` times its factor."""
+        ...
 
-    def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec: ...
+    def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """In place: each player's part of ``vec`` times its factor; returns ``vec``."""
+        ...
 
-    def dot(self, a: Vec, b: Vec) -> Tensor: ...
+    def dot(self, a: Vec, b: Vec) -> Tensor:
+        """⟨a, b⟩ over all players, a 0-dim tensor (no host sync)."""
+        ...

@@ -25,7 +25,6 @@ The learning rate is applied by the algorithm afterwards: ``w ← w − η · ou
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,11 +56,29 @@ def _empty_like(d: list[Tensor]) -> Empty:
 class UpdateRule:
     """Base class: the identity rule (plain gradient steps).
 
-    ``schedulable``: the settings a user may schedule. The algorithm keeps them in its
-    param groups (``group["betas"]``, ``group["momentum"]``: the keys torch.optim's
-    Adam and SGD use, so ``OneCycleLR``/``CyclicLR`` with ``cycle_momentum`` drive
-    them) and hands the groups' values to the rule before each step."""
+    A rule implements :meth:`init` and :meth:`apply`; the rest is optional, declared
+    rather than detected:
 
+    * ``memory_flags`` (class attribute, default False): ``apply`` takes the memory
+      flags ``scratch`` and ``own_state`` (see the module). A rule that declares it
+      gets them from every algorithm; one that does not is called as
+      ``apply(d, state, empty)`` and keeps the default contract (it modifies neither
+      ``d`` nor ``state``). A class that defines its own ``apply`` declares it again
+      (else it is False for that class: a subclass's ``apply`` written without the
+      flags stays safe).
+    * :meth:`extrapolate` and :meth:`resume`: the two halves of an extragradient
+      step. The defaults go through :meth:`apply`; a rule overrides them to hold
+      less memory while the extrapolated point is evaluated (Adam).
+    * ``schedulable``: the settings a user may schedule. The algorithm keeps them in its
+      param groups (``group["betas"]``, ``group["momentum"]``: the keys torch.optim's
+      Adam and SGD use, so ``OneCycleLR``/``CyclicLR`` with ``cycle_momentum`` drive
+      them) and hands the groups' values to the rule before each step; :meth:`check`
+      checks such a value.
+    * ``nonnegative``: state entries checked non-negative when a checkpoint loads.
+    """
+
+    #: whether ``apply`` takes the memory flags ``scratch`` and ``own_state``
+    memory_flags: bool = False
     schedulable: tuple[str, ...] = ()
     #: state entries that hold second moments (checked non-negative when a checkpoint loads)
     nonnegative: tuple[str, ...] = ()
@@ -95,11 +112,17 @@ class UpdateRule:
         raise KeyError(name)
 
     def init(self, like: list[Tensor]) -> State:
+        """The state before the first step, for directions shaped as ``like``."""
         return {}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
     ) -> tuple[list[Tensor], State]:
+        """``(out, new_state)``: the direction followed for the direction ``d``, and the
+        new state. New tensors come from ``empty()`` (shaped like ``d``); ``d`` and
+        ``state`` stay as they are, unless the rule declares :attr:`memory_flags` and
+        the caller passes ``scratch`` (``d`` may be overwritten, ``out`` may be ``d``)
+        or ``own_state`` (``state`` is updated in place). Identity here."""
         return d, state
 
     def extrapolate(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
@@ -125,6 +148,11 @@ class UpdateRule:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "apply" in vars(cls) and "memory_flags" not in vars(cls):
+            cls.memory_flags = False  # a new apply declares the flags it takes
+
 
 def apply(
     rule: UpdateRule,
@@ -135,20 +163,17 @@ def apply(
     own_state: bool = False,
 ) -> tuple[list[Tensor], State]:
     """``rule.apply`` with the memory flags (``scratch``, ``own_state``) when the rule
-    takes them; a rule written without them gets the default contract."""
-    if _takes_flags(type(rule)):
+    declares that it takes them (``UpdateRule.memory_flags``); a rule written
+    without them gets the default contract."""
+    if rule.memory_flags:
         return rule.apply(d, state, empty, scratch=scratch, own_state=own_state)
     return rule.apply(d, state, empty)
 
 
-@functools.cache
-def _takes_flags(cls: type) -> bool:
-    params = inspect.signature(cls.apply).parameters
-    return "scratch" in params and "own_state" in params
-
-
 class Plain(UpdateRule):
     """The plain gradient: out = d (no state). The default of every algorithm."""
+
+    memory_flags = True
 
 
 class Momentum(UpdateRule):
@@ -171,6 +196,7 @@ class Momentum(UpdateRule):
           <https://arxiv.org/abs/1807.04740>`_
     """
 
+    memory_flags = True
     schedulable = ("momentum",)
 
     def __init__(self, momentum: float = 0.9, nesterov: bool = False) -> None:
@@ -229,6 +255,7 @@ class Adam(UpdateRule):
           <https://arxiv.org/abs/1802.10551>`_
     """
 
+    memory_flags = True
     schedulable = ("betas",)
     nonnegative = ("v",)
 
@@ -325,6 +352,7 @@ class RMSProp(UpdateRule):
     """
 
     DEFAULTS = {"torch": (0.99, 1e-8), "tf1": (0.9, 1e-10)}  # convention → (decay, eps)
+    memory_flags = True
     schedulable = ("decay",)
     nonnegative = ("v",)
 
@@ -378,6 +406,8 @@ class PerPlayer(UpdateRule):
     Raises:
         TypeError: an entry that is not an :class:`UpdateRule` (or is itself a ``PerPlayer``).
     """
+
+    memory_flags = True
 
     def __init__(self, rules: Sequence[UpdateRule]) -> None:
         rules = list(rules)
@@ -495,6 +525,8 @@ class NuPI(UpdateRule):
         - Sohrabi et al. 2024, `On PI Controllers for Updating Lagrange Multipliers in
           Constrained Optimization <https://arxiv.org/abs/2406.04558>`_
     """
+
+    memory_flags = True
 
     def __init__(self, kp: float = 0.0, ki: float = 1.0, ema: float = 0.0) -> None:
         self.kp = check_number("kp", kp, low=0.0)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 import torch
 from games import GAMES, RefRule, assert_same_state, bilinear, ref_trajectory, straight_and_resumed
+from models import VecModule
 
 import gameopt
 
@@ -497,3 +500,84 @@ def test_altgd_refuses_an_order_that_is_not_a_permutation_of_the_players() -> No
         tg.build(gameopt.AltGD(0.1, order=(0, 1)))
     with pytest.raises(TypeError, match="player indices"):
         gameopt.AltGD(0.1, order=[0, 1.0, 2])
+
+
+# ----------------------------------------------------- typed states (issue 24)
+def _state_type(cls: type) -> type:
+    """The TypedDict an algorithm class is parameterized with (``Algorithm[S]``)."""
+    for c in cls.__mro__:
+        for base in getattr(c, "__orig_bases__", ()):
+            if typing.get_origin(base) in (gameopt.Algorithm, gameopt.Wrapper):
+                return typing.get_args(base)[0]
+    raise AssertionError(f"{cls.__name__} names no state type")
+
+
+def _assert_state_keys(algo: gameopt.Algorithm, state: dict, when: str) -> None:
+    expected = _state_type(type(algo))
+    assert typing.is_typeddict(expected) and expected.__module__ == "gameopt.algorithms.api"
+    assert type(state) is dict, f"{type(algo).__name__}: the state is a plain dict ({when})"
+    assert set(state) == set(expected.__annotations__), f"{type(algo).__name__} {when}"
+    if isinstance(algo, gameopt.Wrapper):
+        _assert_state_keys(algo.base, state["base"], when)
+
+
+def _zero_sum_pair(algo: gameopt.Algorithm) -> gameopt.Game:
+    """min_x max_y xᵀAy + ½‖x‖² − ½‖y‖², as losses (f, −f) (−H_yy and ∇²_yy f₂ are I)."""
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    x, y = (VecModule(torch.randn(3, generator=g, dtype=torch.float64)) for _ in range(2))
+
+    def losses():
+        f = x.w @ A @ y.w + 0.5 * x.w.dot(x.w) - 0.5 * y.w.dot(y.w)
+        return [f, -f]
+
+    return gameopt.Game([x, y], losses, algorithm=algo)
+
+
+TWO_PLAYERS = [
+    AlgoInfo("ACGD", lambda lr: gameopt.ACGD(lr), "", {}),
+    AlgoInfo("FollowTheRidge", lambda lr: gameopt.FollowTheRidge(lr), "", {}),
+    AlgoInfo("Stackelberg", lambda lr: gameopt.Stackelberg(lr), "", {}),
+    AlgoInfo("CGD-zero-sum", lambda lr: gameopt.CGD(lr, zero_sum=True), "", {}),
+]
+
+
+@pytest.mark.parametrize("info", GENERIC + TWO_PLAYERS, ids=GENERIC_IDS + [a.name for a in TWO_PLAYERS])
+def test_the_state_has_the_keys_of_its_typed_dict(info: AlgoInfo) -> None:
+    if info in TWO_PLAYERS:
+        algo = info.make(_lrs(2))
+        game = _zero_sum_pair(algo)
+    else:
+        algo = info.make(_lrs(3))
+        game = GAMES["nonquadratic"]().build(algo)
+    _assert_state_keys(algo, algo.state, "after init_state")
+    for _ in range(2):
+        game.step()
+    _assert_state_keys(algo, algo.state, "after a step")
+
+
+def test_every_algorithm_is_typed_by_its_state() -> None:
+    from gameopt.algorithms import api
+
+    classes = [c for c in map(getattr, [gameopt] * len(gameopt.__all__), gameopt.__all__) if isinstance(c, type)]
+    algorithms = [
+        c for c in classes if issubclass(c, gameopt.Algorithm) and c not in (gameopt.Algorithm, gameopt.Wrapper)
+    ]
+    assert len(algorithms) == 18  # every algorithm gameopt exports
+    for cls in algorithms:
+        state = _state_type(cls)
+        assert getattr(api, state.__name__) is state
+        hints = typing.get_type_hints(cls.update, {**vars(api), **vars(sys.modules[cls.__module__])})
+        assert hints["state"] is state and hints["return"] == tuple[gameopt.Vec, state], cls.__name__
+
+
+def test_a_wrapper_takes_no_learning_rate_of_its_own() -> None:
+    wrapped = gameopt.Lookahead(gameopt.SimGD(0.1), k=2)
+    assert wrapped._lr is None and wrapped.settings == {"k": 2, "alpha": 0.5}
+
+    class Plain(gameopt.Wrapper):
+        def update(self, oracle, state):
+            return self.base.update(oracle, state)
+
+    algo = Plain(gameopt.SimGD(0.1))
+    assert repr(algo) == "Plain(SimGD(lr=0.1))" and algo.identity()["settings"] == {}

@@ -67,7 +67,7 @@ def test_mescheder2017_preset_sets_the_papers_setup(tmp_path) -> None:
     assert config["preset"] == "mescheder2017"
     assert {k: config[k] for k in MESCHEDER} == MESCHEDER
     algo = _algorithm(config)
-    assert isinstance(algo, gameopt.ConsensusOptimization) and algo.hyper["gamma"] == 10.0
+    assert isinstance(algo, gameopt.ConsensusOptimization) and algo.settings["gamma"] == 10.0
     assert isinstance(algo.rule, gameopt.RMSProp)
     assert (algo.rule.convention, algo.rule.decay, algo.rule.eps) == ("tf1", 0.9, 1e-10)
     assert mixture_gan.PRESETS["mescheder2017"]["steps"] == 50_000
@@ -78,7 +78,7 @@ def test_balduzzi2018_preset_sets_the_papers_setup(tmp_path) -> None:
     assert {k: config[k] for k in BALDUZZI} == BALDUZZI
     algo = _algorithm(config)
     assert isinstance(algo, gameopt.SGA)
-    assert algo.hyper["lam"] == 1.0 and algo.hyper["sign_normalizer"] == "tensors" and algo.hyper["align"]
+    assert algo.settings["lam"] == 1.0 and algo.settings["sign_normalizer"] == "tensors" and algo.settings["align"]
     assert (algo.rule.convention, algo.rule.decay, algo.rule.eps) == ("tf1", 0.9, 1e-10)
     assert mixture_gan.PRESETS["balduzzi2018"]["steps"] == 10_001
     setup = mixture_gan.Setup(mixture_gan.PRESETS["balduzzi2018"]["spec"], gameopt.SimGD(1e-4), 0)
@@ -103,7 +103,7 @@ def test_the_preset_baseline_keeps_the_update_rule_and_drops_the_method_hyperpar
     config = _run(tmp_path, "--preset", "balduzzi2018", "--algorithm", "simgd", "--hidden", "8", "--steps", "1")
     assert config["hp"] == ["update=rmsprop_tf1"]
     config = _run(tmp_path, "--preset", "mescheder2017", "--hp", "gamma=1", "--steps", "1", name="g")
-    assert _algorithm(config).hyper["gamma"] == 1.0
+    assert _algorithm(config).settings["gamma"] == 1.0
 
 
 def test_without_a_preset_the_defaults_are_the_readmes_setup(tmp_path) -> None:

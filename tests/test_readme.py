@@ -26,3 +26,20 @@ def test_demo_writes_outside_tracked_figures():
     source = Path(demo.__file__).read_text()
     assert 'default=Path("runs/demo")' in source
     assert "runs/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_the_custom_algorithm_example_imports_only_the_api():
+    """docs/examples/plot_07_custom_algorithm.py builds its algorithm from
+    gameopt.algorithms.api alone (gameopt itself only for games and built-ins)."""
+    import ast
+
+    path = ROOT / "docs" / "examples" / "plot_07_custom_algorithm.py"
+    tree = ast.parse(path.read_text())
+    froms = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    gameopt_froms = [m for m in froms if m and m.split(".")[0] == "gameopt"]
+    assert gameopt_froms == ["gameopt.algorithms.api"]
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    names = {node.id for node in ast.walk(cls) if isinstance(node, ast.Name)}
+    assert "gameopt" not in names  # the class itself uses only names imported from the api
+    assert "gameopt.algorithms.api" in (ROOT / "docs" / "custom-algorithm.md").read_text()
+    assert "gameopt.algorithms.api" in (ROOT / "README.md").read_text()

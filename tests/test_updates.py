@@ -281,7 +281,7 @@ def test_tensors_normalizer_counts_the_fused_tensors_of_all_players() -> None:
 
 def test_default_sign_normalizer_is_the_papers_dimension() -> None:
     sga = gameopt.SGA()
-    assert sga.hyper["sign_normalizer"] == "dimension"
+    assert sga.settings["sign_normalizer"] == "dimension"
     assert "sign_normalizer='dimension'" in repr(sga)
 
 
@@ -307,12 +307,14 @@ def test_sga_bad_arguments_raise_a_value_error_naming_them(kw, name) -> None:
 
 def test_sga_ints_are_numbers() -> None:
     sga = gameopt.SGA(1, lam=2, eps=0)
-    assert sga.hyper["lam"] == 2.0 and sga.hyper["eps"] == 0.0
+    assert sga.settings["lam"] == 2.0 and sga.settings["eps"] == 0.0
 
 
 # ----------------------------------------------- extrapolate / resume (issue 13)
 class _DoubledAdam(gameopt.Adam):
     """A subclass with its own rule: extrapolate/resume must go through its apply."""
+
+    memory_flags = True  # its apply takes them (declared again: it defines apply)
 
     def apply(self, d, state, empty=None, scratch=False, own_state=False):
         out, new = super().apply(d, state, empty, scratch=scratch, own_state=own_state)
@@ -559,3 +561,58 @@ def test_nupi_matches_its_equations_and_plain_steps_at_kp_0():
 def test_nupi_refuses_bad_gains(kwargs, match):
     with pytest.raises(ValueError, match=match):
         gameopt.NuPI(**kwargs)
+
+
+# ------------------------------------------- declared capabilities (issue 24)
+class _Halved(gameopt.UpdateRule):
+    """A user rule written without the memory flags: out = d / 2 (no state)."""
+
+    def apply(self, d, state, empty=None):
+        return gameopt.Vec(x * 0.5 for x in d), state
+
+
+class _HalvedPlain(gameopt.UpdateRule):
+    """The same rule, declaring and taking the flags."""
+
+    memory_flags = True
+
+    def apply(self, d, state, empty=None, scratch=False, own_state=False):
+        return gameopt.Vec(x * 0.5 for x in d), state
+
+
+def test_the_memory_flags_are_declared_not_detected() -> None:
+    import gameopt.updates as U
+
+    assert "inspect" not in vars(U)
+    for rule in (U.Plain(), U.Momentum(), U.Adam(), U.RMSProp(), U.NuPI(), U.PerPlayer([U.Plain(), U.Adam()])):
+        assert rule.memory_flags is True, type(rule).__name__
+    assert U.UpdateRule.memory_flags is False and _Halved.memory_flags is False and _HalvedPlain.memory_flags
+    assert _DoubledAdam.memory_flags is True
+
+    class AdamWithoutFlags(U.Adam):  # a new apply that does not declare them
+        def apply(self, d, state, empty=None):
+            return super().apply(d, state, empty)
+
+    class AdamSubclass(U.Adam):  # Adam's apply, so Adam's declaration
+        pass
+
+    assert AdamWithoutFlags.memory_flags is False and AdamSubclass.memory_flags is True
+
+
+@pytest.mark.parametrize(
+    "make",
+    [gameopt.SimGD, gameopt.Extragradient, gameopt.Optimistic, gameopt.PastExtragradient, gameopt.AltGD],
+    ids=lambda m: m.__name__,
+)
+def test_a_user_rule_without_the_memory_flags_keeps_the_default_contract(make) -> None:
+    """Called as apply(d, state, empty) (the flags would raise TypeError), it gives the
+    iterates of the same rule that declares and takes them, bit for bit."""
+    runs = []
+    for rule in (_Halved(), _HalvedPlain()):
+        tg = GAMES["nonquadratic"]()
+        game = tg.build(make([0.05, 0.07, 0.09], update=rule))
+        for _ in range(4):
+            game.step()
+        runs.append(tg.params())
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

@@ -2,8 +2,10 @@
 Writing your own algorithm: consensus optimization
 ==================================================
 
-The contract of :doc:`/custom-algorithm`, executed: a subclass of
-:class:`gameopt.Algorithm` implements ``update(oracle, state) -> (delta, new_state)``.
+The contract of :doc:`/custom-algorithm`, executed: everything an algorithm needs
+comes from :mod:`gameopt.algorithms.api`. A subclass of ``Algorithm``, typed by its
+state (here ``DescentState``: the update rule's state), implements
+``update(oracle, state) -> (delta, new_state)``.
 Here consensus optimization (Mescheder et al. 2017, `"The Numerics of GANs"
 <https://arxiv.org/abs/1705.10461>`_),
 
@@ -20,14 +22,15 @@ import matplotlib.pyplot as plt
 import torch
 
 import gameopt
+from gameopt.algorithms.api import Algorithm, DescentState, Hyper, Oracle, Vec
 from gameopt_players.quadratic import QuadraticPlayer, bilinear_losses
 
 
-class MyConsensus(gameopt.Algorithm):
+class MyConsensus(Algorithm[DescentState]):
     first_order = False  # it uses Jacobian products
-    gamma = gameopt.Hyper(low=0.0)  # lives in the param groups beside lr: schedulable, checkpointed
+    gamma = Hyper(low=0.0)  # lives in the param groups beside lr: schedulable, checkpointed
 
-    def update(self, oracle, state):
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False)  # ξ with its graph
         direction = lin.xi.add_(lin.vjp(lin.xi, last=True), alpha=self.gamma)  # ξ + γ Jᵀξ; frees the graph
         delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)

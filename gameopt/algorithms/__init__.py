@@ -1,5 +1,7 @@
-"""Game optimization algorithms, one small file per family."""
+"""Game optimization algorithms, one small file per family; :mod:`gameopt.algorithms.api`
+is the contract a new one is written against."""
 
+from . import api
 from .averaging import Averaging
 from .base import Algorithm, Hyper, Wrapper
 from .cgd import ACGD, CGD
@@ -33,6 +35,7 @@ __all__ = [
     "PastExtragradient",
     "FollowTheRidge",
     "Stackelberg",
+    "api",
 ]
 
 

@@ -10,14 +10,15 @@ import torch
 from torch import Tensor
 
 from .. import _torch_compat as tc
-from .base import Algorithm, State, Wrapper, check_number
+from .api import AveragingState
+from .base import Algorithm, Wrapper, check_number
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import GameView, OracleInterface
+    from .api import GameView, Oracle
 
 
-class Averaging(Wrapper):
+class Averaging(Wrapper[AveragingState]):
     """The running average w̄ of the iterates of any algorithm (Yazıcı et al. 2019,
     "The Unusual Effectiveness of Averaging in GAN Training", Sec. 3).
 
@@ -60,10 +61,10 @@ class Averaging(Wrapper):
         decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
         super().__init__(base, kind=kind, decay=decay, start=check_number("start", start, low=0, integer=True))
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> AveragingState:
         return {"base": self.base.init_state(game), "avg": game.layout.data.clone(), "count": 0}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: AveragingState) -> tuple[Vec, AveragingState]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         n = count - self.start

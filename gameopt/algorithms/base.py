@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..checks import check_bool, check_number, check_per_player
 from ..state import check_like, clone_state, moved_like, retyped, tensors_in
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 
 __all__ = ["Algorithm", "Hyper", "Wrapper", "check_bool", "check_number", "check_per_player"]
+
+#: an algorithm's state: a dict, typed per algorithm (a ``TypedDict`` of :mod:`gameopt.algorithms.api`)
+S = TypeVar("S")
 
 
 def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
@@ -145,8 +148,10 @@ class Hyper:
             group[self.name] = value
 
 
-class Algorithm:
-    """Base class of gameopt algorithms.
+class Algorithm(Generic[S]):
+    """Base class of gameopt algorithms, generic in the type of their state ``S`` (a
+    ``TypedDict`` such as :class:`~gameopt.algorithms.api.DescentState`; at run time
+    the state is a plain dict, so checkpoints hold plain dicts).
 
     An algorithm holds one param group per player (a dict with that player's
     ``'lr'`` and the schedulable hyperparameters) and its state (``state``).
@@ -158,7 +163,9 @@ class Algorithm:
     :class:`~gameopt.optim.GameOptimizer` (``game.optimizer``) is, and shares these
     param groups, so schedulers and Lightning drive the game through it.
 
-    Subclasses implement :meth:`init_state` and :meth:`update`.
+    Subclasses implement :meth:`init_state` and :meth:`update`. Names: :class:`Hyper`
+    declares a schedulable hyperparameter on the class; :meth:`schedulable_hypers`
+    lists those; :attr:`settings` holds every constructor setting by name.
     """
 
     #: Whether only ξ is used (no Jacobian products); such an algorithm has a
@@ -171,8 +178,13 @@ class Algorithm:
         """``update``: one update rule, or one per player (see :class:`~gameopt.updates.PerPlayer`).
         ``settings``: the algorithm's other arguments, already checked; each becomes
         an attribute (a :class:`Hyper` of the class goes to the param groups)."""
-        self._lr = _check_lr(lr)
-        self.rule = rule_from(update)
+        self._lr: float | list[float] | None = _check_lr(lr)
+        self._setup(rule_from(update), settings)
+
+    def _setup(self, rule: UpdateRule, settings: dict[str, Any]) -> None:
+        """What every constructor sets beside the learning rates (a :class:`Wrapper`
+        has none of its own)."""
+        self.rule = rule
         self._defaults: dict[str, float] = {}  # the Hyper values before binding
         self._settings = list(settings)
         for name, value in settings.items():
@@ -185,15 +197,15 @@ class Algorithm:
         self._checked: tuple[list[Any], list[UpdateRule]] | None = None
 
     @classmethod
-    def hypers(cls) -> dict[str, Hyper]:
-        """The schedulable hyperparameters, by name."""
+    def schedulable_hypers(cls) -> dict[str, Hyper]:
+        """The schedulable hyperparameters (the class's :class:`Hyper` descriptors), by name."""
         return _hypers_of(cls)
 
     def check_settings(self) -> None:
         """Raise ``TypeError`` naming each :class:`Hyper` of the class that has no
         value (an algorithm's constructor passes each to ``super().__init__``, or its
         ``bind`` sets it before ``super().bind``). :meth:`bind` checks first."""
-        unset = [name for name in self.hypers() if name not in self._defaults]
+        unset = [name for name in self.schedulable_hypers() if name not in self._defaults]
         if unset:
             given = ", ".join(f"{n}=..." for n in unset)
             raise TypeError(
@@ -202,13 +214,13 @@ class Algorithm:
             )
 
     @property
-    def hyper(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
         """Every setting given to the constructor, by name (for display)."""
         return {k: getattr(self, k) for k in self._settings}
 
     def per_player(self, name: str) -> list[float]:
         """A schedulable hyperparameter's value for each player (checked)."""
-        hyper = self.hypers()[name]
+        hyper = self.schedulable_hypers()[name]
         groups = self.param_groups
         if not groups:
             return [self._defaults[name]]
@@ -222,7 +234,7 @@ class Algorithm:
         self.check_settings()
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
-        per_player = {"lr": lrs, **{k: v for k, v in self.hyper.items() if isinstance(v, list)}}
+        per_player = {"lr": lrs, **{k: v for k, v in self.settings.items() if isinstance(v, list)}}
         for key, values in per_player.items():
             if len(values) != n:
                 what = "learning rates" if key == "lr" else f"values of {key}"
@@ -287,7 +299,7 @@ class Algorithm:
             if all(map(operator.is_, rules, checked[1])):
                 return  # the very values checked before (numbers: immutable)
         self._checked = None
-        hypers = self.hypers()
+        hypers = self.schedulable_hypers()
         for k, group in enumerate(groups):
             check_number(f"param_groups[{k}].lr", group.get("lr"), low=0.0)
             for name, hyper in hypers.items():
@@ -299,12 +311,14 @@ class Algorithm:
             self._checked = (read, rules)
 
     # ------------------------------------------------------------ interface
-    def init_state(self, game: GameView) -> State:
-        """The state before the first step."""
-        return {"rule": self.rule.init(game.layout.data)}
+    def init_state(self, game: GameView) -> S:
+        """The state before the first step (by default a
+        :class:`~gameopt.algorithms.api.DescentState`: the update rule's state)."""
+        return cast(S, {"rule": self.rule.init(game.layout.data)})
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
-        """One step: return ``delta`` (w ← w + delta) and the new state.
+    def update(self, oracle: OracleInterface, state: S) -> tuple[Vec, S]:
+        """One step: return ``delta`` (w ← w + delta) and the new state, a new dict
+        with the keys of ``state``.
 
         Must not modify ``state`` or the parameters in place.
         """
@@ -335,7 +349,7 @@ class Algorithm:
         the algorithm's type, its settings that are not scheduled (those live in the
         param groups), its update rule's :meth:`~gameopt.UpdateRule.identity` and, for a
         :class:`~gameopt.algorithms.base.Wrapper`, its base's identity."""
-        hypers = self.hypers()
+        hypers = self.schedulable_hypers()
         settings = {k: _plain(getattr(self, k)) for k in self._settings if k not in hypers and k != "base"}
         return {"type": type(self).__name__, "settings": settings, "rule": self.rule.identity()}
 
@@ -371,7 +385,7 @@ class Algorithm:
             if not isinstance(group, dict) or "lr" not in group:
                 raise ValueError(f"{path}.param_groups[{k}]: expected a dict with 'lr', got {group!r}")
             check_number(f"{path}.param_groups[{k}].lr", group["lr"], low=0.0)
-            for name, hyper in self.hypers().items():  # absent in older checkpoints: kept as they are
+            for name, hyper in self.schedulable_hypers().items():  # absent in older checkpoints: kept as they are
                 if name in group:
                     hyper.check(group[name], f"{path}.param_groups[{k}].{name}")
             for rule in (r.for_player(k) for r in self._rules()):
@@ -393,20 +407,25 @@ class Algorithm:
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
-        extra = "".join(f", {k}={v!r}" for k, v in self.hyper.items())
+        extra = "".join(f", {k}={v!r}" for k, v in self.settings.items())
         rule = "" if isinstance(self.rule, Plain) else f", update={self.rule!r}"
         return f"{type(self).__name__}(lr={lr!r}{extra}{rule})"
 
 
-class Wrapper(Algorithm):
+class Wrapper(Algorithm[S]):
     """An algorithm around a ``base`` algorithm that moves the iterates: it shares
     the base's param groups (so its learning rates and schedulers) and its
-    first-order nature; subclasses add state around the base's."""
+    first-order nature; subclasses add state around the base's (the base's own
+    under the key ``"base"``).
 
-    def __init__(self, base: Algorithm, **hyper: Any) -> None:
+    It takes no learning rate of its own: ``__init__(base, **settings)``, the
+    settings as :class:`Algorithm` takes them."""
+
+    def __init__(self, base: Algorithm, **settings: Any) -> None:
         if not isinstance(base, Algorithm):
             raise TypeError(f"base must be a gameopt Algorithm, got {type(base).__name__}")
-        super().__init__(0.0, **hyper)
+        self._lr = None  # the base's learning rates are the ones in use
+        self._setup(rule_from(None), settings)
         self.base = base
 
     @property
@@ -436,3 +455,7 @@ class Wrapper(Algorithm):
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "base": self.base.identity()}
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.settings.items())
+        return f"{type(self).__name__}({self.base!r}{extra})"

@@ -11,14 +11,15 @@ import torch
 from ..evaluation import check_zero_sum
 from ..linalg import MatVec, cg, gmres
 from ..vec import Vec
-from .base import Algorithm, Hyper, State, check_bool, check_number
+from .api import ACGDState, CGDState
+from .base import Algorithm, Hyper, check_bool, check_number
 
 if TYPE_CHECKING:
-    from ..protocols import GameView, Linearization, OracleInterface
+    from .api import GameView, Linearization, Oracle
 
 
 def competitive_step(
-    oracle: OracleInterface, lin: Linearization, eta: Vec, warm: Vec, zero_sum: bool, solver: dict
+    oracle: Oracle, lin: Linearization, eta: Vec, warm: Vec, zero_sum: bool, solver: dict
 ) -> tuple[Vec, Vec]:
     """Δ solving (I + diag(η) H_o) Δ = −diag(η) ξ, and the new warm start.
 
@@ -73,7 +74,7 @@ def schur_operator(lin: Linearization, eta_a: Vec, eta_b: Vec) -> tuple[MatVec, 
     return B, Bt, matvec, sqrt_eta_a
 
 
-class CGD(Algorithm):
+class CGD(Algorithm[CGDState]):
     """Competitive gradient descent (Schäfer & Anandkumar 2019), for n players:
 
     .. math:: w_{t+1} = w_t + Δ, \\qquad (I + \\mathrm{diag}(η) H_o) Δ = -\\mathrm{diag}(η) ξ,
@@ -111,10 +112,10 @@ class CGD(Algorithm):
             maxiter = check_number("maxiter", maxiter, low=1, integer=True)
         super().__init__(lr, None, tol=tol, maxiter=maxiter, zero_sum=check_bool("zero_sum", zero_sum))
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> CGDState:
         return {"warm": game.layout.zeros()}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: CGDState) -> tuple[Vec, CGDState]:
         lin = oracle.linearize()
         zero_sum = self.zero_sum
         if zero_sum:
@@ -125,7 +126,7 @@ class CGD(Algorithm):
         return delta, {"warm": warm}
 
 
-class ACGD(Algorithm):
+class ACGD(Algorithm[ACGDState]):
     """Adaptive competitive gradient descent (Schäfer, Zheng & Anandkumar 2020,
     "Implicit competitive regularization in GANs") for two-player zero-sum games
     given as losses (f, −f): CGD with RMSProp-like per-coordinate step sizes,
@@ -176,12 +177,12 @@ class ACGD(Algorithm):
         }
         super().__init__(lr, None, **hyper)
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> ACGDState:
         if len(game.players) != 2:
             raise ValueError(f"ACGD is for two-player zero-sum games, got {len(game.players)} players")
         return {"v": game.layout.zeros(), "warm": game.layout.zeros(), "t": 0}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: ACGDState) -> tuple[Vec, ACGDState]:
         lin = oracle.linearize()
         check_zero_sum(lin.losses, "this solver")
         beta, t = self.beta, state["t"] + 1

@@ -9,14 +9,15 @@ import torch
 
 from .. import _torch_compat as tc
 from ..updates import UpdateRule, apply
-from .base import Algorithm, State, check_per_player
+from .api import DescentState, OptimisticState
+from .base import Algorithm, check_per_player
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import GameView, OracleInterface
+    from .api import GameView, Oracle
 
 
-class Extragradient(Algorithm):
+class Extragradient(Algorithm[DescentState]):
     """Extragradient (Korpelevich 1976; Gidel et al. 2019, "A Variational
     Inequality Perspective on Generative Adversarial Networks"):
 
@@ -53,7 +54,7 @@ class Extragradient(Algorithm):
             extrapolation_lr = check_per_player("extrapolation_lr", extrapolation_lr, low=0.0)
         super().__init__(lr, update, extrapolation_lr=extrapolation_lr)
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         eta_x = self.extrapolation_lr
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
         # the first direction may be the gradient buffer itself: the move to w' reads it
@@ -68,7 +69,7 @@ class Extragradient(Algorithm):
         return delta, {"rule": rule_state}
 
 
-class Optimistic(Algorithm):
+class Optimistic(Algorithm[OptimisticState]):
     """Optimistic gradient descent (Daskalakis et al. 2018, "Training GANs with
     Optimism"; Popov 1980's past extragradient):
 
@@ -97,10 +98,10 @@ class Optimistic(Algorithm):
     ) -> None:
         super().__init__(lr, update)
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> OptimisticState:
         return {"rule": self.rule.init(game.layout.data), "prev": game.layout.zeros(), "t": 0}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: OptimisticState) -> tuple[Vec, OptimisticState]:
         xi = oracle.xi()
         out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
         if out is xi:  # the gradient buffer: the next step's previous direction is a copy

@@ -10,14 +10,15 @@ import torch
 from .. import _torch_compat as tc
 from ..updates import PerPlayer, UpdateRule
 from ..vec import Vec
+from .api import DescentState
 from .base import Algorithm, State
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import GameView, OracleInterface
+    from .api import GameView, Oracle
 
 
-class SimGD(Algorithm):
+class SimGD(Algorithm[DescentState]):
     """Simultaneous gradient descent: every player steps on its own gradient at once.
 
     .. math:: w_{t+1} = w_t - η \\, u(ξ(w_t))
@@ -39,12 +40,12 @@ class SimGD(Algorithm):
     ) -> None:
         super().__init__(lr, update)
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         delta, rule_state = self.descend(oracle, oracle.xi(), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
-class AltGD(Algorithm):
+class AltGD(Algorithm[DescentState]):
     """Alternating gradient descent: players move in turn (list order, or ``order``),
     each with its gradient at the point left by the players before it.
 
@@ -89,7 +90,7 @@ class AltGD(Algorithm):
             raise ValueError(f"AltGD order must be a permutation of the players' indices 0..{n - 1}, got {self.order}")
         super().bind(game)
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         layout = oracle.layout
         delta = oracle.layout.zeros()  # the players who moved so far: their steps
         ones = [1.0] * oracle.num_players

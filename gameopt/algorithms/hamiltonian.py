@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..updates import UpdateRule
-from .base import Algorithm, Hyper, State, check_bool
+from .api import DescentState
+from .base import Algorithm, Hyper, check_bool
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import OracleInterface
+    from .api import Oracle
 
 
-class HamiltonianGD(Algorithm):
+class HamiltonianGD(Algorithm[DescentState]):
     """Hamiltonian gradient descent (Balduzzi et al. 2018, "The Mechanics of
     n-Player Differentiable Games"; Loizou et al. 2020): descend the Hamiltonian
     ℋ = ½‖ξ‖², whose gradient is Jᵀξ:
@@ -44,7 +45,7 @@ class HamiltonianGD(Algorithm):
     ) -> None:
         super().__init__(lr, update, zero_sum=check_bool("zero_sum", zero_sum))
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         # the direction Jᵀξ alone may not show a non-finite ξ
         lin = oracle.linearize(zero_sum=self.zero_sum)
         # the one product: the graph is freed as it goes
@@ -52,7 +53,7 @@ class HamiltonianGD(Algorithm):
         return delta, {"rule": rule_state}
 
 
-class ConsensusOptimization(Algorithm):
+class ConsensusOptimization(Algorithm[DescentState]):
     """Consensus optimization (Mescheder et al. 2017, "The Numerics of GANs"):
 
     .. math:: w_{t+1} = w_t - η \\, u(ξ + γ J^⊤ ξ)
@@ -85,7 +86,7 @@ class ConsensusOptimization(Algorithm):
     ) -> None:
         super().__init__(lr, update, gamma=gamma, zero_sum=check_bool("zero_sum", zero_sum))
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         # the update is non-finite if ξ is
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)
         direction = lin.xi.add_(lin.vjp(lin.xi, last=True), alpha=self.gamma)  # lin is used up: in place

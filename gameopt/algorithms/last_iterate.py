@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING
 
 from .. import _torch_compat as tc
 from ..updates import UpdateRule, apply
-from .base import Algorithm, State
+from .api import AnchoredExtragradientState, PastExtragradientState
+from .base import Algorithm
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import GameView, OracleInterface
+    from .api import GameView, Oracle
 
 
-class PastExtragradient(Algorithm):
+class PastExtragradient(Algorithm[PastExtragradientState]):
     """Extrapolation from the past (Popov 1980, "A modification of the Arrow-Hurwicz
     method for search of saddle points"; Gidel et al. 2019, "A Variational Inequality
     Perspective on Generative Adversarial Networks", Algorithm 2,
@@ -41,10 +42,10 @@ class PastExtragradient(Algorithm):
     ) -> None:
         super().__init__(lr, update)
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> PastExtragradientState:
         return {"rule": self.rule.init(game.layout.data), "prev": game.layout.zeros()}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: PastExtragradientState) -> tuple[Vec, PastExtragradientState]:
         factors = [-lr for lr in self.lrs]
         xi = oracle.xi(along=(state["prev"], factors))  # ξ(w'_t), w'_t = P(w_t − η u_{t−1})
         out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
@@ -54,7 +55,7 @@ class PastExtragradient(Algorithm):
         return oracle.layout.scale_(out, factors, out=xi), {"rule": rule_state, "prev": out}
 
 
-class AnchoredExtragradient(Algorithm):
+class AnchoredExtragradient(Algorithm[AnchoredExtragradientState]):
     """Extra anchored gradient, EAG-C (Yoon & Ryu 2021, "Accelerated Algorithms for
     Smooth Convex-Concave Minimax Problems with O(1/k²) Rate on Squared Gradient
     Norm", https://arxiv.org/abs/2102.07922):
@@ -75,10 +76,10 @@ class AnchoredExtragradient(Algorithm):
     def __init__(self, lr: float | Sequence[float] = 1e-3) -> None:
         super().__init__(lr)
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> AnchoredExtragradientState:
         return {"anchor": game.layout.zeros(), "k": 0}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: AnchoredExtragradientState) -> tuple[Vec, AnchoredExtragradientState]:
         k, w = state["k"], oracle.params
         anchor = state["anchor"] if k > 0 else oracle.empty().copy_(w)
         beta, factors = 1.0 / (k + 2), [-lr for lr in self.lrs]

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import _torch_compat as tc
-from .base import Algorithm, State, Wrapper, check_number
+from .api import LookaheadState
+from .base import Algorithm, Wrapper, check_number
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import GameView, OracleInterface
+    from .api import GameView, Oracle
 
 
-class Lookahead(Wrapper):
+class Lookahead(Wrapper[LookaheadState]):
     """Lookahead-minmax (Chavdarova et al. 2021, "Taming GANs with Lookahead-Minmax").
 
     The base algorithm moves the fast weights; every ``k`` steps all players'
@@ -41,10 +42,10 @@ class Lookahead(Wrapper):
         k = check_number("k", k, low=1, integer=True)
         super().__init__(base, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> LookaheadState:
         return {"base": self.base.init_state(game), "slow": game.layout.data.clone(), "count": 0}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: LookaheadState) -> tuple[Vec, LookaheadState]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         slow = state["slow"]

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from ..evaluation import check_zero_sum
 from ..linalg import cg
 from ..vec import Vec
-from .base import Algorithm, State, check_number
+from .api import NoState
+from .base import Algorithm, check_number
 
 if TYPE_CHECKING:
-    from ..protocols import GameView, OracleInterface
+    from .api import GameView, Oracle
 
 
 def _solver(tol: float, maxiter: int | None) -> dict:
@@ -27,7 +28,7 @@ def _two_players(name: str, game: GameView) -> None:
         raise ValueError(f"{name} is for two-player games, got {len(game.players)} players")
 
 
-class FollowTheRidge(Algorithm):
+class FollowTheRidge(Algorithm[NoState]):
     """Follow-the-Ridge (Wang, Zhang & Ba 2020, "On Solving Minimax Optimization
     Locally: A Follow-the-Ridge Approach", https://arxiv.org/abs/1910.07512), for
     two-player zero-sum games given as losses (f, −f): x (player 0) minimizes f and
@@ -55,11 +56,11 @@ class FollowTheRidge(Algorithm):
     def __init__(self, lr: float | Sequence[float] = 1e-3, tol: float = 1e-20, maxiter: int | None = None) -> None:
         super().__init__(lr, None, **_solver(tol, maxiter))
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> NoState:
         _two_players("FollowTheRidge", game)
         return {}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: NoState) -> tuple[Vec, NoState]:
         lin = oracle.linearize()
         check_zero_sum(lin.losses, "this solver")  # refuses anything but (f, −f)
         layout, (eta_x, eta_y) = oracle.layout, self.lrs
@@ -72,7 +73,7 @@ class FollowTheRidge(Algorithm):
         return delta, {}
 
 
-class Stackelberg(Algorithm):
+class Stackelberg(Algorithm[NoState]):
     """Implicit Stackelberg learning (Fiez, Chasnov & Ratliff 2020, "Implicit Learning
     Dynamics in Stackelberg Games: Equilibria Characterization, Convergence Analysis,
     and Empirical Study", https://arxiv.org/abs/1906.01217), for two general-sum
@@ -107,11 +108,11 @@ class Stackelberg(Algorithm):
         leader = check_number("leader", leader, low=0, high=1, integer=True)
         super().__init__(lr, None, leader=leader, **_solver(tol, maxiter))
 
-    def init_state(self, game: GameView) -> State:
+    def init_state(self, game: GameView) -> NoState:
         _two_players("Stackelberg", game)
         return {}
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: NoState) -> tuple[Vec, NoState]:
         lin = oracle.linearize()
         lead, follow, layout = self.leader, 1 - self.leader, oracle.layout
         cross = Vec(layout.player_views(lin.cross_gradients()[lead], follow))  # ∇_y f₁

@@ -8,16 +8,17 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, Hyper, State, check_bool, check_number
+from .api import DescentState
+from .base import Algorithm, Hyper, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import OracleInterface
+    from .api import Oracle
 
 SIGN_NORMALIZERS = ("dimension", "tensors")
 
 
-class SGA(Algorithm):
+class SGA(Algorithm[DescentState]):
     """Symplectic gradient adjustment (Balduzzi et al. 2018, "The Mechanics of
     n-Player Differentiable Games"; Letcher et al. 2019, "Differentiable Game
     Mechanics"):
@@ -84,7 +85,7 @@ class SGA(Algorithm):
             zero_sum=check_bool("zero_sum", zero_sum),
         )
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)  # the update is non-finite if ξ is
         xi = lin.xi
         jt_xi, j_xi = lin.vjp_jvp(xi)

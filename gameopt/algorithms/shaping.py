@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..updates import UpdateRule
-from .base import Algorithm, Hyper, State, check_bool, check_number
+from .api import DescentState
+from .base import Algorithm, Hyper, check_bool, check_number
 
 if TYPE_CHECKING:
     from ..layout import Vec
-    from ..protocols import Linearization, OracleInterface
+    from .api import Linearization, Oracle
 
 
 def _anticipated(lin: Linearization, alpha: float) -> Vec:
@@ -20,7 +21,7 @@ def _anticipated(lin: Linearization, alpha: float) -> Vec:
     return lin.xi.add(lin.offdiag_jvp(lin.xi), alpha=-alpha)
 
 
-class LA(Algorithm):
+class LA(Algorithm[DescentState]):
     """Look-ahead (Zhang & Lesser 2010; Letcher et al. 2019, "Stable Opponent
     Shaping"): each player anticipates the others' next gradient step,
 
@@ -54,13 +55,13 @@ class LA(Algorithm):
     ) -> None:
         super().__init__(lr, update, alpha=alpha)
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         delta, rule_state = self.descend(oracle, _anticipated(lin, self.alpha), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
-class LOLA(Algorithm):
+class LOLA(Algorithm[DescentState]):
     """Learning with opponent-learning awareness (Foerster et al. 2018), in the
     n-player form of Letcher et al. 2019:
 
@@ -100,7 +101,7 @@ class LOLA(Algorithm):
     ) -> None:
         super().__init__(lr, update, alpha=alpha, shaping_only=check_bool("shaping_only", shaping_only))
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha = self.alpha
         # ξ − α(H_o ξ + χ), or ξ − αχ: one reverse pass per player with ``cross``
@@ -110,7 +111,7 @@ class LOLA(Algorithm):
         return delta, {"rule": rule_state}
 
 
-class SOS(Algorithm):
+class SOS(Algorithm[DescentState]):
     """Stable opponent shaping (Letcher et al. 2019, "Stable Opponent Shaping in
     Differentiable Games"):
 
@@ -155,7 +156,7 @@ class SOS(Algorithm):
             b=check_number("b", b, low=0.0, low_open=True),
         )
 
-    def update(self, oracle: OracleInterface, state: State) -> tuple[Vec, State]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha, a, b = self.alpha, self.a, self.b
         xi0 = _anticipated(lin, alpha)

@@ -1,0 +1,161 @@
+"""The contract for algorithm authors, in one place: a new algorithm imports only
+from here (``from gameopt.algorithms.api import Algorithm, Hyper, Oracle, ...``).
+
+An algorithm is a subclass of ``Algorithm`` (or of ``Wrapper``, around another
+algorithm) that implements ``init_state(game) -> state`` and
+``update(oracle, state) -> (delta, new_state)``: it asks the ``Oracle`` for ξ, for a
+``Linearization`` (Jacobian products) and for moves through the players' feasible
+sets, and returns the step ``delta`` (the game applies ``w ← w + delta``) and its
+new state. The state is a plain dict (what checkpoints hold), typed by a
+``TypedDict`` (``class MyAlgorithm(Algorithm[MyState])``); everything the algorithm
+remembers lives in it. The game commits both only if they are finite.
+
+What it holds (each name documented where it is defined):
+
+* ``Oracle``: what an algorithm may ask of the game during a step, with what is
+  borrowed and what is the caller's (:class:`gameopt.protocols.OracleInterface`);
+* ``Linearization``: ξ with its graph, for Jv, Jᵀv, block and shaping products
+  (:class:`gameopt.protocols.Linearization`);
+* ``Algorithm``, ``Wrapper``, ``Hyper``: the base classes and the declaration of a
+  schedulable hyperparameter (:class:`gameopt.Algorithm`, :class:`gameopt.Wrapper`,
+  :class:`gameopt.Hyper`);
+* ``UpdateRule`` and ``RuleState``: the per-player update rules an algorithm
+  composes with (``self.descend`` applies one) and their state, with their declared
+  capabilities (``memory_flags``; the optional ``extrapolate``/``resume``;
+  :class:`gameopt.UpdateRule`), and ``apply_rule``, which calls a rule with the
+  memory flags it declares (:func:`gameopt.updates.apply`);
+* ``FeasibleSet`` and ``Constraint``: the contract of a player's feasible set
+  (:class:`gameopt.constraints.FeasibleSet`, :class:`gameopt.constraints.Constraint`),
+  and ``as_constraint`` (:func:`gameopt.constraints.as_constraint`);
+* the typed states of the built-in algorithms (below), :data:`State` (any
+  algorithm's state) and ``GameView`` (the game an algorithm is bound to,
+  :class:`gameopt.protocols.GameView`);
+* ``Vec`` (joint vectors, :class:`gameopt.Vec`) and the argument checks
+  ``check_number``, ``check_bool`` and ``check_per_player``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from ..checks import check_bool, check_number, check_per_player
+from ..constraints import Constraint, FeasibleSet, as_constraint
+from ..protocols import GameView, Linearization
+from ..protocols import OracleInterface as Oracle
+from ..updates import State as RuleState
+from ..updates import UpdateRule
+from ..updates import apply as apply_rule
+from ..vec import Vec
+from .base import Algorithm, Hyper, Wrapper
+
+__all__ = [
+    "ACGDState",
+    "Algorithm",
+    "AnchoredExtragradientState",
+    "AveragingState",
+    "CGDState",
+    "Constraint",
+    "DescentState",
+    "FeasibleSet",
+    "GameView",
+    "Hyper",
+    "Linearization",
+    "LookaheadState",
+    "NoState",
+    "OptimisticState",
+    "Oracle",
+    "PastExtragradientState",
+    "RuleState",
+    "State",
+    "UpdateRule",
+    "Vec",
+    "Wrapper",
+    "apply_rule",
+    "as_constraint",
+    "check_bool",
+    "check_number",
+    "check_per_player",
+]
+
+#: any algorithm's state as the game and checkpoints see it, a dict
+State = dict[str, Any]
+
+
+class DescentState(TypedDict):
+    """The state of an algorithm that keeps only its update rule's: :class:`~gameopt.Algorithm`'s
+    default, and that of ``SimGD``, ``AltGD``, ``Extragradient``, ``HamiltonianGD``,
+    ``ConsensusOptimization``, ``SGA``, ``LA``, ``LOLA`` and ``SOS``."""
+
+    #: the update rule's state (``{}`` for plain steps; Adam's ``m``, ``v``, ``t``)
+    rule: RuleState
+
+
+class NoState(TypedDict):
+    """No state (``FollowTheRidge``, ``Stackelberg``)."""
+
+
+class OptimisticState(TypedDict):
+    """``Optimistic``'s state."""
+
+    rule: RuleState
+    #: the previous step's direction u(ξ(w_{t−1}))
+    prev: Vec
+    #: steps taken
+    t: int
+
+
+class PastExtragradientState(TypedDict):
+    """``PastExtragradient``'s state."""
+
+    rule: RuleState
+    #: u_{t−1}, the last direction (zero before the first step)
+    prev: Vec
+
+
+class AnchoredExtragradientState(TypedDict):
+    """``AnchoredExtragradient``'s state."""
+
+    #: z₀, the point at the first step
+    anchor: Vec
+    #: steps taken
+    k: int
+
+
+class CGDState(TypedDict):
+    """``CGD``'s state."""
+
+    #: the last solution, the linear solver's warm start
+    warm: Vec
+
+
+class ACGDState(TypedDict):
+    """``ACGD``'s state."""
+
+    #: the average of the squared gradients
+    v: Vec
+    #: the linear solver's warm start
+    warm: Vec
+    #: steps taken
+    t: int
+
+
+class AveragingState(TypedDict):
+    """``Averaging``'s state."""
+
+    #: the base algorithm's state
+    base: State
+    #: w̄, the average of the iterates
+    avg: Vec
+    #: steps taken
+    count: int
+
+
+class LookaheadState(TypedDict):
+    """``Lookahead``'s state."""
+
+    #: the base algorithm's state
+    base: State
+    #: the slow weights
+    slow: Vec
+    #: steps taken
+    count: int
