@@ -219,9 +219,34 @@ def persistent_buffer_names(module: nn.Module) -> set[str]:
     2.4.1, 2.13.0, 2.14.1). Fallback: the keys of the module's own
     ``state_dict(keep_vars=True)`` that name buffers."""
     if not PUBLIC_ONLY and hasattr(module, "_non_persistent_buffers_set"):
-        return {n for n, b in module._buffers.items() if b is not None} - module._non_persistent_buffers_set
+        return {n for n, b in buffer_registry(module).items() if b is not None} - module._non_persistent_buffers_set
     own = {n for n, b in module.named_buffers(recurse=False)}
     return {k for k in module.state_dict(keep_vars=True) if k in own}
+
+
+# ------------------------------------------------------------------ module registries
+def parameter_registry(module: nn.Module) -> dict[str, Any]:
+    """The live dict in which ``module`` registers its own parameters
+    (``nn.Module._parameters``; checked on 2.4.1, 2.13.0, 2.14.1). No public accessor
+    returns the dict itself (``named_parameters(recurse=False)`` builds a new one),
+    and gameopt needs it twice: to substitute a parameter in place, as
+    ``torch.func.functional_call`` does, and to see a registration change by identity
+    in one pass. Any torch keeps this attribute (``nn.Module.__setattr__`` writes it),
+    so there is no fallback."""
+    return module._parameters
+
+
+def submodule_registry(module: nn.Module) -> dict[str, Any]:
+    """The live dict of ``module``'s direct submodules (``nn.Module._modules``), as
+    :func:`parameter_registry`."""
+    return module._modules
+
+
+def buffer_registry(module: nn.Module) -> dict[str, Any]:
+    """The live dict of ``module``'s own buffers (``nn.Module._buffers``, ``None`` where
+    a buffer is registered empty), as :func:`parameter_registry`; reading it costs one
+    attribute access, where ``named_buffers(recurse=False)`` walks a generator."""
+    return module._buffers
 
 
 # ------------------------------------------------------------------ public wrappers

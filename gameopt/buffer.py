@@ -208,7 +208,7 @@ def _stale_message(why: str | None) -> str:
     )
 
 
-def _mark_stale(handle: Tensor, why: str) -> None:
+def mark_stale(handle: Tensor, why: str) -> None:
     handle.__class__ = _StaleFlatParameter
     handle.__dict__.clear()
     handle.__dict__["_gameopt_why"] = why
@@ -412,7 +412,7 @@ class FlatBuffer:
                 alias.__dict__.clear()
                 alias = handle
             else:
-                _mark_stale(handle, "it could not move with its buffer while an autograd graph or a weakref held it")
+                mark_stale(handle, "it could not move with its buffer while an autograd graph or a weakref held it")
         self.data: Tensor = alias
 
     def adopt(self, old: FlatBuffer) -> None:
@@ -422,7 +422,7 @@ class FlatBuffer:
         if type(handle) is not FlatParameter or handle.__dict__.get("_gameopt_buffer") is not old:
             return
         if not _swappable(handle):
-            _mark_stale(handle, "the player re-fused while an autograd graph or a weakref held it")
+            mark_stale(handle, "the player re-fused while an autograd graph or a weakref held it")
             return
         mine = self.data
         torch.utils.swap_tensors(handle, mine)  # handle: this buffer's storage; mine: the old one

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
+from . import _torch_compat as tc
 from .checks import check_number
 
 T = TypeVar("T")
@@ -159,7 +160,7 @@ class Evaluations:
 def own_buffers(modules: Sequence[nn.Module]) -> list[Tensor]:
     """The buffers registered on the modules themselves (not searched recursively:
     pass every submodule; far cheaper than ``module.buffers()`` on deep models)."""
-    return [b for m in modules for b in m._buffers.values() if b is not None]
+    return [b for m in modules for b in tc.buffer_registry(m).values() if b is not None]
 
 
 class DynamicLossScale:

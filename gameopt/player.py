@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _torch_compat as tc
-from .buffer import FlatBuffer, FlatParameter, _mark_stale, release
+from .buffer import FlatBuffer, FlatParameter, mark_stale, release
 from .constraints import Constraint, as_constraint
 
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
@@ -35,7 +35,7 @@ def _carry_flat_parameters(old: Sequence[FlatBuffer], new: Sequence[FlatBuffer])
             new[targets.pop()].adopt(buf)
         elif type(buf.data) is FlatParameter and buf.data.__dict__.get("_gameopt_buffer") is buf:
             what = "split across groups" if len(targets) > 1 else "left the player or joined another group"
-            _mark_stale(buf.data, f"the player re-fused and this group's parameters {what}")
+            mark_stale(buf.data, f"the player re-fused and this group's parameters {what}")
 
 
 class Player:
@@ -126,7 +126,7 @@ class Player:
                     params.append(p)
         else:
             for sub in self.module.modules():
-                for pname, p in sub._parameters.items():
+                for pname, p in tc.parameter_registry(sub).items():
                     if p is None or not p.requires_grad:
                         continue
                     if id(p) not in owners:
@@ -204,17 +204,18 @@ class Player:
     def _snapshot(self, modules: list[nn.Module]) -> None:
         """Remember every registration (trainable or not, and every submodule), the
         sizes of the registries and the ``requires_grad`` flags, for
-        :meth:`registry_intact`. The registry dicts themselves are kept: reading
-        ``module._parameters`` costs more than the check."""
+        :meth:`registry_intact`. The registry dicts themselves are kept: looking them up
+        again costs more than the check."""
         self._modules_seen = modules
-        entries = [(m._parameters, n, v) for m in modules for n, v in m._parameters.items()]
-        entries += [(m._modules, n, c) for m in modules for n, c in m._modules.items()]
+        entries = [(tc.parameter_registry(m), n, v) for m in modules for n, v in tc.parameter_registry(m).items()]
+        entries += [(tc.submodule_registry(m), n, c) for m in modules for n, c in tc.submodule_registry(m).items()]
         self._reg_dicts = [d for d, _, _ in entries]
         self._reg_names = [n for _, n, _ in entries]
         self._reg_values = [v for _, _, v in entries]
-        self._dicts = [m._parameters for m in modules] + [m._modules for m in modules]
+        self._dicts = [tc.parameter_registry(m) for m in modules] + [tc.submodule_registry(m) for m in modules]
         self._sizes = list(map(len, self._dicts))
-        candidates = self._given if self.module is None else [v for m in modules for v in m._parameters.values()]
+        registered = [v for m in modules for v in tc.parameter_registry(m).values()]
+        candidates = self._given if self.module is None else registered
         self._flagged = list({id(p): p for p in candidates if p is not None}.values())
         self._flags = list(map(_requires_grad, self._flagged))
 
@@ -256,7 +257,7 @@ class Player:
         return self._registry_change() or self._buffers_stale()
 
     def _registry_change(self) -> str | None:
-        n_params = sum(len(m._parameters) for m in self._modules_seen)
+        n_params = sum(len(tc.parameter_registry(m)) for m in self._modules_seen)
         for k, (reg, name, value) in enumerate(zip(self._reg_dicts, self._reg_names, self._reg_values)):
             now = reg.get(name, _MISSING)
             if now is not value:
@@ -266,7 +267,7 @@ class Player:
         for reg, size in zip(self._dicts, self._sizes):
             if len(reg) != size:
                 new = [n for n in reg if n not in self._reg_names]
-                what = "parameter" if any(reg is m._parameters for m in self._modules_seen) else "submodule"
+                what = "parameter" if any(reg is tc.parameter_registry(m) for m in self._modules_seen) else "submodule"
                 return f"{what} {new[0] if new else '?'!r} was added to {self._owner_of(reg)}"
         for p, flag in zip(self._flagged, self._flags):
             if p.requires_grad != flag:
@@ -276,7 +277,7 @@ class Player:
 
     def _owner_of(self, registry: dict) -> str:
         for m in self._modules_seen:
-            if m._parameters is registry or m._modules is registry:
+            if tc.parameter_registry(m) is registry or tc.submodule_registry(m) is registry:
                 return type(m).__name__
         return "a module"
 

@@ -21,11 +21,11 @@ def substituted(problem: Problem, values: dict[int, Tensor]) -> Iterator[None]:
         for sub, name, p in places:
             # in the dict itself (as torch.func.functional_call does): the module's
             # parameter order stays; looked up each time (a module's dict may be new)
-            sub._parameters[name] = values[id(p)]
+            tc.parameter_registry(sub)[name] = values[id(p)]
         yield
     finally:
         for sub, name, p in places:
-            sub._parameters[name] = p
+            tc.parameter_registry(sub)[name] = p
 
 
 def graph_inputs(
