@@ -167,7 +167,8 @@ class FlatParameter(Tensor):
         if value is not buf.grad:
             if not isinstance(value, Tensor) or value.shape != buf.grad.shape:
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise RuntimeError(f"assigned grad has data of a different size: expected {buf.numel}, got {got}")
+                expected = buf.padded_numel
+                raise RuntimeError(f"assigned grad has data of a different size: expected {expected}, got {got}")
             if value.dtype != buf.dtype or value.device != buf.device:
                 raise RuntimeError(
                     f"assigned grad is {value.device}/{value.dtype}, the flat parameter {buf.device}/{buf.dtype}"
@@ -305,7 +306,7 @@ class FlatBuffer:
         align: pad each parameter's start to a multiple of this many bytes
             (``None``: tight packing). Padding is zero and stays zero.
         modules: the modules the parameters belong to (recurrent layers need care).
-        owner: the :class:`~gameopt.Player` whose ``check()`` re-fuses the buffer
+        owner: the :class:`~gameopt.Player` whose ``refresh()`` re-fuses the buffer
             when its module changed; reading ``data.grad`` runs it.
 
     Attributes:
@@ -330,14 +331,15 @@ class FlatBuffer:
         self._owner = owner
         # recurrent layers keep weak references to their weights, which swap_tensors refuses
         self._rnns = [m for m in modules if isinstance(m, nn.RNNBase)]
-        self.segments, self.numel = self._layout(self.params, align)
+        self.segments, self.padded_numel = self._layout(self.params, align)
         self.num_elements = sum(s.numel for s in self.segments)
-        self._split_sizes, self._chunk_index = split_plan([(s.offset, s.numel) for s in self.segments], self.numel)
+        spans = [(s.offset, s.numel) for s in self.segments]
+        self._split_sizes, self._chunk_index = split_plan(spans, self.padded_numel)
         #: the parameters tile the buffer in order, each contiguous (no padding): the
         #: buffer is the ``cat`` of their flattened tensors
         self.packed = len(self._split_sizes) == len(self.segments) and all(s.contiguous for s in self.segments)
-        data = torch.zeros(self.numel, dtype=self.dtype, device=self.device)
-        grad = torch.zeros(self.numel, dtype=self.dtype, device=self.device)
+        data = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
+        grad = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
         self._install(data, grad)
 
     @staticmethod
@@ -502,5 +504,5 @@ class FlatBuffer:
     def __repr__(self) -> str:
         return (
             f"FlatBuffer(device={self.device}, dtype={self.dtype}, tensors={len(self.params)}, "
-            f"elements={self.num_elements}, numel={self.numel})"
+            f"elements={self.num_elements}, padded_numel={self.padded_numel})"
         )

@@ -48,8 +48,8 @@ class JointLayout:
                 g = keys.index(key)
                 step = max(1, (buf.align or 1) // buf.data.element_size())
                 start = -(-sizes[g] // step) * step
-                self.entries.append(Entry(i, buf, g, start, start + buf.numel))
-                sizes[g] = start + buf.numel
+                self.entries.append(Entry(i, buf, g, start, start + buf.padded_numel))
+                sizes[g] = start + buf.padded_numel
         self.keys = keys
         self.num_players = len(players)
         self.data = Vec(torch.zeros(n, dtype=k[1], device=k[0]) for k, n in zip(keys, sizes))
@@ -105,8 +105,8 @@ class JointLayout:
             if len(items) != len(entries):
                 raise ValueError(f"{what}[{i}] must hold {len(entries)} flat tensor(s), one per parameter group")
             for e, t in zip(entries, items):
-                if t.shape != (e.buffer.numel,):
-                    raise ValueError(f"{what}[{i}] has shape {tuple(t.shape)}, expected ({e.buffer.numel},)")
+                if t.shape != (e.buffer.padded_numel,):
+                    raise ValueError(f"{what}[{i}] has shape {tuple(t.shape)}, expected ({e.buffer.padded_numel},)")
                 self.entry_view(vec, e).copy_(t.detach())
         return vec
 

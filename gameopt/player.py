@@ -64,7 +64,7 @@ class Player:
     Conversions after fusing (``module.double()``, ``.to(...)``, ``p.data = ...``,
     ``load_state_dict(..., assign=True)``), parameters added, removed, frozen
     (``requires_grad_(False)``) or unfrozen, and submodules added or replaced are
-    noticed by ``check()``, which every game step calls, and re-fused with the
+    noticed by :meth:`refresh`, which every game step calls, and re-fused with the
     current values. Sparse gradients (``nn.Embedding(sparse=True)``) are densified
     into the flat gradient buffer.
 

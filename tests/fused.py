@@ -37,7 +37,7 @@ def assert_fused(player: Player) -> None:
     """Every fused parameter is a view of its buffer's data at its segment's offset,
     its ``.grad`` the matching view of the buffer's grad."""
     for buf in player.buffers:
-        assert buf.data.shape == buf.grad.shape == (buf.numel,)
+        assert buf.data.shape == buf.grad.shape == (buf.padded_numel,)
         for p, seg in zip(buf.params, buf.segments):
             assert p.dtype == buf.dtype and p.device == buf.device
             assert p.data_ptr() == buf.data.data_ptr() + seg.offset * buf.data.element_size()

@@ -244,7 +244,7 @@ def test_align_pads_segment_starts(dtype: torch.dtype, align: int) -> None:
     buf = player.buffers[0]
     item = buf.data.element_size()
     assert player.numel == buf.num_elements == 31
-    assert buf.numel > 31 and (buf.numel * item) % align == 0
+    assert buf.padded_numel > 31 and (buf.padded_numel * item) % align == 0
     for p, seg in zip(buf.params, buf.segments):
         assert (seg.offset * item) % align == 0
         assert (p.data_ptr() - buf.data.data_ptr()) % align == 0
@@ -254,7 +254,7 @@ def test_align_pads_segment_starts(dtype: torch.dtype, align: int) -> None:
 
 
 def _padding_mask(buf: FlatBuffer) -> Tensor:
-    used = torch.zeros(buf.numel, dtype=torch.bool)
+    used = torch.zeros(buf.padded_numel, dtype=torch.bool)
     for seg in buf.segments:
         used[seg.offset : seg.offset + seg.numel] = True
     return ~used
@@ -266,7 +266,7 @@ def test_align_padding_stays_zero_and_reductions_match() -> None:
     player = Player(m, align=64)
     buf = player.buffers[0]
     pad = _padding_mask(buf)
-    assert pad.sum() == buf.numel - 31 > 0
+    assert pad.sum() == buf.padded_numel - 31 > 0
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
     x = torch.linspace(-1, 1, 9, dtype=F64).unsqueeze(1)

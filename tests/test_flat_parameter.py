@@ -335,7 +335,7 @@ def test_flat_parameter_with_align_padding_trains_like_the_module() -> None:
     ref = copy.deepcopy(m)
     player = Player(m, align=64)
     buf = player.buffers[0]
-    assert buf.numel > buf.num_elements
+    assert buf.padded_numel > buf.num_elements
     opt = torch.optim.Adam([player.params], lr=0.05)
     ref_opt = torch.optim.Adam(ref.parameters(), lr=0.05)
     x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)

@@ -34,7 +34,7 @@ def test_mlp_is_one_flat_buffer_in_parameters_order() -> None:
     assert Player(nn.Linear(2, 2), name="gen").name == "gen"
     assert len(player.buffers) == 1
     buf = player.buffers[0]
-    assert buf.numel == buf.num_elements == 31
+    assert buf.padded_numel == buf.num_elements == 31
     # same Python objects, in module.parameters() order, values unchanged
     assert all(a is b for a, b in zip(player.parameters, before))
     assert all(a is b for a, b in zip(buf.params, m.parameters()))

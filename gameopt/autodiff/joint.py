@@ -98,13 +98,13 @@ def entry_flat(problem: Problem, k: int, part: Part | None) -> Tensor:
     """Entry ``k`` as a new flat tensor from its per-parameter tensors (None: zero)."""
     buf = problem.layout.entries[k].buffer
     if part is None:
-        return torch.zeros(buf.numel, dtype=buf.dtype, device=buf.device)
+        return torch.zeros(buf.padded_numel, dtype=buf.dtype, device=buf.device)
     if any(problem.sparse):
         part = [dense(t) for t in part]
     with torch.no_grad():
         if problem.entry_packed[k] and complete(part):
             return cat(part)  # type: ignore[arg-type]
-        out = torch.zeros(buf.numel, dtype=buf.dtype, device=buf.device)
+        out = torch.zeros(buf.padded_numel, dtype=buf.dtype, device=buf.device)
         have = [(view, t) for view, t in zip(param_views(problem, out, k), part) if t is not None]
         if have:
             tc.foreach_copy_([view for view, _ in have], [t for _, t in have])
