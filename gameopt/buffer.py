@@ -335,8 +335,8 @@ class FlatBuffer:
         self.num_elements = sum(s.numel for s in self.segments)
         spans = [(s.offset, s.numel) for s in self.segments]
         self._split_sizes, self._chunk_index = split_plan(spans, self.padded_numel)
-        #: the parameters tile the buffer in order, each contiguous (no padding): the
-        #: buffer is the ``cat`` of their flattened tensors
+        #: whether the parameters tile the buffer in order, each contiguous and without
+        #: padding, so that the buffer is the ``cat`` of their flattened tensors
         self.packed = len(self._split_sizes) == len(self.segments) and all(s.contiguous for s in self.segments)
         data = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)
         grad = torch.zeros(self.padded_numel, dtype=self.dtype, device=self.device)

@@ -60,8 +60,8 @@ class JointLayout:
         self._group_entries = [[e for e in self.entries if e.group == g] for g in range(len(keys))]
         self._uniform_groups = [len({e.player for e in es}) == 1 for es in self._group_entries]
         self._splits = [self._split_plan(g) for g in range(len(keys))]
-        #: per group: its parameters tile it in storage order, each contiguous (no
-        #: padding): the group is the ``cat`` of their flattened tensors
+        #: per group, whether its parameters tile it in storage order, each contiguous
+        #: and without padding, so that the group is the ``cat`` of their flattened tensors
         self.packed = [
             len(sizes) == len(where) and all(seg.contiguous for _, _, seg in where) for sizes, where in self._splits
         ]
