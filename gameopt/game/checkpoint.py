@@ -51,8 +51,8 @@ def check_state_dict(
     if not isinstance(saved_players, list) or len(saved_players) != len(players):
         got = f"{len(saved_players)} players" if isinstance(saved_players, list) else type(saved_players).__name__
         raise ValueError(f"players: expected {len(players)} players, got {got}")
-    # a checkpoint without the algorithm's identity predates unique player names: a
-    # player whose default name was made unique matches its base name, by position
+    # a checkpoint without the algorithm's identity keeps default player names as they
+    # are (not made unique): a player whose name the game suffixed matches its base name
     saved_algorithm = state_dict["algorithm"]
     legacy = isinstance(saved_algorithm, dict) and "identity" not in saved_algorithm
     for k, (p, mine, saved) in enumerate(zip(players, _players_state(players), saved_players)):
