@@ -331,8 +331,8 @@ def count_kept_vectors(game: gameopt.Game) -> int:
 
     n = game.layout.data[0].numel()
     storages = {v[0].untyped_storage().data_ptr() for v in game._pool._owned}
-    if game._backup is not None:
-        storages.add(game._backup[0].untyped_storage().data_ptr())
+    if game._moves.backup is not None:
+        storages.add(game._moves.backup[0].untyped_storage().data_ptr())
     for t in tensors_in(game.algorithm.state):
         if t.numel() == n:
             storages.add(t.untyped_storage().data_ptr())

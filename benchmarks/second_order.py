@@ -304,7 +304,7 @@ def krylov_product(pair: Pair, ours: bool) -> Callable[[], object]:
 
     if ours:
         game = zero_sum_step(pair, lambda: gameopt.CGD(LR, zero_sum=True)).game  # type: ignore[attr-defined]
-        lin = Oracle(game, functools.partial(game.losses, pair.x, pair.z)).linearize()
+        lin = Oracle(game._step_context, functools.partial(game.losses, pair.x, pair.z)).linearize()
         views = game.layout.player_views
         eta = gameopt.Vec(torch.full_like(t, LR) for t in lin.xi)
         matvec = schur_operator(lin, gameopt.Vec(views(eta, 1)), gameopt.Vec(views(eta, 0)))[2]

@@ -39,7 +39,7 @@ step time / bare step time.
 ``--small`` times only the small games (``step_cost_small.csv``); the full run
 includes them (group ``rps``).
 
-``--breakdown`` times the pieces of a gameopt SimGD step (vector_field, _sync,
+``--breakdown`` times the pieces of a gameopt SimGD step (vector_field, _refresh,
 all_finite, descend, ...) each against the plain ξ instead.
 
 ``--profile NAME`` (e.g. ``SimGD``, ``Extragradient``) runs cProfile over steps of
@@ -512,7 +512,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     ``Game.step`` timed alone, interleaved with the plain ξ (ratio = fraction of ξ).
 
     Uses gameopt internals (``autodiff.vector_field``, ``vec.all_finite``,
-    ``Game._sync``, ``Oracle``, ``Algorithm.descend``); a piece whose internals
+    ``Game._refresh``, ``Oracle``, ``Algorithm.descend``); a piece whose internals
     changed is reported as unavailable.
     """
     from gameopt import autodiff
@@ -525,7 +525,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     step = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
     game = step.game  # type: ignore[attr-defined]
     closure = functools.partial(game.losses, pair.x, pair.z)
-    oracle = Oracle(game, closure)
+    oracle = Oracle(game._step_context, closure)
     alg = game.algorithm
     grads = game.layout.grad
     delta, _ = alg.descend(oracle, grads, alg.state["rule"])
@@ -533,7 +533,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     pieces: dict[str, Callable[[], object]] = {
         "Game.step (SimGD), all of it": step,
         "autodiff.vector_field (xi into flat grad)": lambda: autodiff.vector_field(game._problem, [0, 1], closure),
-        "Game._sync (Player.why_stale)": game._sync,
+        "Game._refresh (Watch.intact)": game._refresh,
         "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
         # outside a step nothing returns the pool's vectors: recycle after each call
@@ -542,7 +542,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
             game._pool.recycle(tensors_in(alg.state)),
         ),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
-        "Oracle(...) construction": lambda: Oracle(game, closure),
+        "Oracle(...) construction": lambda: Oracle(game._step_context, closure),
     }
     desc = pair.describe()
     specs = []

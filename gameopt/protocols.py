@@ -1,7 +1,7 @@
 """What the algorithms and the diagnostics see of a game: the interfaces they are
-written against. :class:`gameopt.game.Game` and :class:`gameopt.game.Oracle`
+written against. :class:`gameopt.Game` and :class:`gameopt.game.Oracle`
 implement them; ``algorithms/`` and ``diagnostics.py`` import only these, so no
-module imports ``game.py`` back (not even for type checking; a test checks that
+module imports ``gameopt.game`` back (not even for type checking; a test checks that
 gameopt has no import cycle).
 """
 

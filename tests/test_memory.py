@@ -39,8 +39,8 @@ def kept_storages(game: gameopt.Game) -> set[int]:
         states.append(game.algorithm.base.state)
     held = [t for t in tensors_in(states) if t.numel() == n]
     held += [v[0] for v in game._pool._owned]
-    if game._backup is not None:
-        held += list(game._backup)
+    if game._moves.backup is not None:
+        held += list(game._moves.backup)
     return {t.untyped_storage().data_ptr() for t in held} - own
 
 

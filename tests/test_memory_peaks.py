@@ -33,8 +33,8 @@ def _held(game: gameopt.Game) -> set[int]:
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
     held = [t for t in tensors_in(game.algorithm.state) if t.numel() == n]
     held += [v[0] for v in game._pool._owned]
-    if game._backup is not None:
-        held += list(game._backup)
+    if game._moves.backup is not None:
+        held += list(game._moves.backup)
     return {t.untyped_storage().data_ptr() for t in held} - own
 
 

@@ -133,3 +133,37 @@ def test_the_public_api_is_sorted_and_holds_no_internals() -> None:
         assert public in names
     for internal in ("Oracle", "FlatBuffer"):
         assert internal not in names and not hasattr(gameopt, internal)
+
+
+def _private_uses(root: Path) -> list[str]:
+    """Each place a gameopt module touches a private name it does not define: a
+    ``from .x import _name``, or ``obj._name`` where the module defines no ``_name``
+    (the modules' own privates through ``self``/``cls`` or another instance of a class
+    of the module are fine; torch's privates go through ``_torch_compat``)."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "_torch_compat.py":
+            continue
+        tree = ast.parse(path.read_text())
+        own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        own |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        own |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        own |= {n.target.id for n in ast.walk(tree) if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        where = path.relative_to(root.parent)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__") and alias.name != "_torch_compat":
+                        found.append(f"{where}:{node.lineno}: imports {alias.name}")
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if node.attr not in own:
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """Modules talk through public names; every private use of torch lives in
+    gameopt/_torch_compat.py (see tests/test_torch_compat.py)."""
+    assert _private_uses(Path(__file__).resolve().parents[1] / "gameopt") == []

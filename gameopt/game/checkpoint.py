@@ -1,0 +1,112 @@
+"""A game's checkpoint: what :meth:`Game.state_dict <gameopt.Game.state_dict>`
+writes, how a checkpoint is checked against a game, and how it is loaded.
+
+The format: ``{"players": [{"name", "params", "buffers"}, ...], "algorithm": ...,
+"skipped_steps": int, "loss_scale": dict | None}``, with each player's fused
+parameter buffers and its module's persistent buffers (BatchNorm running
+statistics) by name. :func:`check_state_dict` checks everything before
+:func:`load_state_dict` writes anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import _torch_compat as tc
+from ..algorithms.base import Algorithm
+from ..checks import check_number
+from ..evaluation import DynamicLossScale
+from ..player import Player
+from ..state import check_like, clone_state
+
+
+def state_dict(
+    players: Sequence[Player], algorithm: Algorithm, skipped_steps: int, loss_scale: DynamicLossScale | None
+) -> dict[str, Any]:
+    """A checkpoint of a game (copies): its players, algorithm, skipped-step count and loss scale."""
+    return {
+        "players": clone_state(_players_state(players)),
+        "algorithm": algorithm.state_dict(),
+        "skipped_steps": skipped_steps,
+        "loss_scale": None if loss_scale is None else loss_scale.state_dict(),
+    }
+
+
+def check_state_dict(
+    state_dict: Any, players: Sequence[Player], algorithm: Algorithm, loss_scale: DynamicLossScale | None
+) -> None:
+    """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits the game of
+    these players, algorithm and loss scale. Changes nothing."""
+    if not isinstance(state_dict, dict):
+        raise ValueError(f"a game state_dict must be a dict, got {type(state_dict).__name__}")
+    missing = {"players", "algorithm", "skipped_steps", "loss_scale"} - set(state_dict)
+    if missing:
+        raise ValueError(f"the state_dict lacks {sorted(missing)}")
+    saved_players = state_dict["players"]
+    if not isinstance(saved_players, list) or len(saved_players) != len(players):
+        got = f"{len(saved_players)} players" if isinstance(saved_players, list) else type(saved_players).__name__
+        raise ValueError(f"players: expected {len(players)} players, got {got}")
+    # a checkpoint without the algorithm's identity keeps default player names as they
+    # are (not made unique): a player whose name the game suffixed matches its base name
+    saved_algorithm = state_dict["algorithm"]
+    legacy = isinstance(saved_algorithm, dict) and "identity" not in saved_algorithm
+    for k, (p, mine, saved) in enumerate(zip(players, _players_state(players), saved_players)):
+        if not isinstance(saved, dict):
+            raise ValueError(f"players[{k}]: expected a dict, got {type(saved).__name__}")
+        if saved.get("name") != p.name and not (legacy and saved.get("name") == _base_name(p)):
+            raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
+        check_like(mine, saved, f"players[{k}]")
+    algorithm.check_state_dict(state_dict["algorithm"])
+    check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
+    mine_scale = None if loss_scale is None else loss_scale.state_dict()
+    if (mine_scale is None) != (state_dict["loss_scale"] is None):
+        raise ValueError("loss_scale: the checkpoint and the game differ in using a DynamicLossScale")
+    check_like(mine_scale, state_dict["loss_scale"], "loss_scale")
+    if mine_scale is not None:
+        check_number("loss_scale.scale", state_dict["loss_scale"]["scale"], low=0.0, low_open=True)
+
+
+def load_state_dict(
+    state_dict: dict[str, Any], players: Sequence[Player], algorithm: Algorithm, loss_scale: DynamicLossScale | None
+) -> int:
+    """Write a checked ``state_dict`` (:func:`check_state_dict`) into the players, the
+    algorithm and the loss scale; returns the skipped-step count for the game to keep."""
+    algorithm.load_state_dict(state_dict["algorithm"])
+    with torch.no_grad():
+        for mine, saved in zip(_players_state(players), state_dict["players"]):
+            tc.foreach_copy_(mine["params"], saved["params"])
+            for name, t in mine["buffers"].items():
+                t.copy_(saved["buffers"][name])
+    if loss_scale is not None:
+        loss_scale.load_state_dict(state_dict["loss_scale"])
+    return int(state_dict["skipped_steps"])
+
+
+def _players_state(players: Sequence[Player]) -> list[dict[str, Any]]:
+    """The players' part of a checkpoint, live tensors (not copies)."""
+    return [{"name": p.name, "params": [b.data for b in p.buffers], "buffers": _module_buffers(p)} for p in players]
+
+
+def _module_buffers(player: Player) -> dict[str, Tensor]:
+    """The persistent buffers of a player's module (those in its ``state_dict``), by name."""
+    if player.module is None:
+        return {}
+    out = {}
+    # a torch.compile wrapper: the module it holds (names as in eager mode)
+    for prefix, sub in tc.compiled_original(player.module).named_modules():
+        keep = tc.persistent_buffer_names(sub)
+        for name, b in tc.buffer_registry(sub).items():
+            if b is not None and name in keep:
+                out[f"{prefix}.{name}" if prefix else name] = b
+    return out
+
+
+def _base_name(player: Player) -> str:
+    """A player's name before the game made it unique (a default name suffixed with
+    ``_<index in the game>``)."""
+    return player.name if player.name_given else re.sub(r"_\d+$", "", player.name)

@@ -1,0 +1,590 @@
+"""The :class:`Game`: players, their losses and an algorithm.
+
+Here: building and checking a game, the step, the public derivatives
+(:meth:`Game.vector_field`, :meth:`Game.jvp`, ...) and data parallelism. The rest
+of the package holds what the game delegates to: :mod:`.oracle` (what an algorithm
+may ask), :mod:`.moves` (feasible points), :mod:`.relayout` (following players that
+change) and :mod:`.checkpoint` (``state_dict`` and its checks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .. import _torch_compat as tc
+from .. import autodiff, debug
+from ..algorithms import first_order_names
+from ..algorithms.base import Algorithm
+from ..distributed import DataParallel
+from ..evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
+from ..layout import JointLayout, VecPool
+from ..optim import GameOptimizer
+from ..player import Player
+from ..protocols import Linearization
+from ..state import tensors_in
+from ..vec import Vec, all_finite
+from . import checkpoint, relayout
+from .errors import NonFiniteError
+from .moves import Moves
+from .oracle import Oracle, StepContext
+
+log = logging.getLogger(__name__)
+
+PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
+
+
+def _autograd_on(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` with autograd on, also when called under ``torch.no_grad()`` or
+    ``torch.inference_mode()``: a game step needs gradients whatever the caller's mode."""
+
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            return method(*args, **kwargs)  # already so: no context to enter
+        with torch.inference_mode(False), torch.enable_grad():
+            return method(*args, **kwargs)
+
+    return wrapped
+
+
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``method`` holding the game's lock (:attr:`Game.lock`): a call from another
+    thread waits until the running step (or checkpoint call) has finished; the same
+    thread may call in again (a closure, a scheduler, ``game.optimizer.step``)."""
+
+    @functools.wraps(method)
+    def wrapped(self: Game, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return wrapped
+
+
+class Game:
+    """A differentiable game: player i minimizes ``losses(...)[i]`` over its own
+    parameters.
+
+    Args:
+        players: :class:`Player` objects (plain ``nn.Module`` are wrapped).
+        losses: callable returning one scalar loss per player; it draws its own
+            data, or receives the arguments given to :meth:`step`. ``None``: use
+            each player's own ``loss=``.
+        algorithm: an :class:`~gameopt.Algorithm`; default ``SimGD(lr=1e-3)``.
+            The game binds it (``game.algorithm``) and wraps it in a
+            ``torch.optim.Optimizer``, ``game.optimizer`` (a
+            :class:`~gameopt.optim.GameOptimizer`), for schedulers and Lightning.
+        on_nonfinite: ``"raise"`` (default) refuses a step whose vector field or
+            update is not finite with :class:`NonFiniteError`; ``"skip"`` skips it
+            (counted in ``game.skipped_steps``). Either way nothing changes.
+        process_group: a ``torch.distributed`` process group: the game becomes
+            data-parallel. Each rank evaluates its losses on its shard of the data;
+            every vector field and Jacobian product is averaged across ranks (one
+            collective per joint tensor), so all ranks apply the same update.
+            Parameters and module buffers are broadcast from rank 0 here, and the
+            buffers (BatchNorm statistics) again after every step taken, as DDP's
+            ``broadcast_buffers`` (docs/data-parallel.md). A rank whose losses fail
+            or are not finite makes every rank refuse the step together.
+        check_replicas_every: in a data-parallel game, check every this many steps
+            that the ranks' parameters and persistent buffers are still identical
+            (0: never).
+        loss_scale: a :class:`~gameopt.DynamicLossScale` for float16 players: steps
+            that overflow are skipped (nothing changed) and the scale backs off.
+
+    A game refuses a starting point that is not finite and parameters on the
+    ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
+    ``load_state_dict`` and the products hold ``game.lock`` (a re-entrant lock), so
+    a call from another thread waits for the running one (docs/misuse.md).
+
+    Raises:
+        ValueError: no players, a parameter owned by two players, neither ``losses``
+            nor every player's ``loss=``, a setting out of range, a
+            starting point that is not finite, or a parameter on the ``meta`` device.
+        TypeError: an algorithm whose settings are incomplete (nothing is bound).
+    """
+
+    def __init__(
+        self,
+        players: Sequence[Player | nn.Module],
+        losses: Callable[..., Sequence[Tensor]] | None = None,
+        *,
+        algorithm: Algorithm | None = None,
+        on_nonfinite: str = "raise",
+        process_group: Any = None,
+        check_replicas_every: int = 0,
+        loss_scale: DynamicLossScale | None = None,
+    ) -> None:
+        from ..algorithms import SimGD
+
+        # one step (or state_dict/load_state_dict) at a time; re-entrant for the thread holding it
+        self.lock = threading.RLock()
+        if isinstance(players, (Player, nn.Module)) or len(players) == 0:
+            raise ValueError("Game needs a list of players")
+        self.players = [p if isinstance(p, Player) else Player(p) for p in players]
+        _unique_names(self.players)
+        self._check_ownership()
+        if losses is None:
+            missing = [p.name for p in self.players if p.loss is None]
+            if missing:
+                raise ValueError(f"no losses given and players {missing} have no loss=")
+            losses = self._own_losses
+        elif not callable(losses):
+            raise TypeError("losses must be a callable returning one scalar loss per player")
+        self.losses = losses
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        self.on_nonfinite = on_nonfinite
+        if loss_scale is not None and not isinstance(loss_scale, DynamicLossScale):
+            raise TypeError(f"loss_scale must be a gameopt.DynamicLossScale, got {type(loss_scale).__name__}")
+        self.loss_scale = loss_scale
+        self.skipped_steps = 0
+        self._forward_mode = autodiff.ForwardMode()  # kept across re-layouts
+        algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
+        _check_algorithm(algorithm)
+        self._parallel = DataParallel(process_group) if process_group is not None else None
+        self.check_replicas_every = int(check_replicas_every)
+        self._steps = 0
+        self._build_layout()
+        self._check_fits(algorithm)
+        self._check_values()
+        if self._parallel is not None:  # rank 0's parameters and buffers, as DDP does
+            with torch.no_grad():
+                self._parallel.broadcast_(self.layout.data)
+                self._parallel.broadcast_coalesced_(self._replicated_buffers())
+        self._check_start()
+        for what in self.project_(self.layout.data):
+            log.info("the starting point was outside its feasible set: projected %s", what)
+        self.algorithm = algorithm  # binds it and builds ``self.optimizer``
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The algorithm, bound to this game. Assigning another one checks that it fits
+        the players, binds it (fresh state) and builds a new ``optimizer`` (the
+        ``torch.optim.Optimizer`` for schedulers and Lightning); the previous
+        optimizer then refuses to step."""
+        return self._algorithm
+
+    @algorithm.setter
+    @_one_at_a_time
+    def algorithm(self, algorithm: Algorithm) -> None:
+        _check_algorithm(algorithm)
+        self._check_fits(algorithm)
+        algorithm.bind(self)
+        self._algorithm = algorithm
+        self.optimizer = GameOptimizer(self, algorithm)
+
+    def _check_fits(self, algorithm: Algorithm) -> None:
+        """Second-order algorithms need double backward and have no projected version."""
+        if algorithm.first_order:
+            return
+        if self._moves.constrained:
+            raise ValueError(
+                f"{type(algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
+                f"constrained players need a first-order algorithm ({first_order_names()})"
+            )
+        compiled = [
+            p.name for p in self.players if p.module is not None and tc.compiled_original(p.module) is not p.module
+        ]
+        if compiled:
+            raise ValueError(
+                f"{type(algorithm).__name__} needs double backward (Jacobian products), which torch.compile'd "
+                f"modules do not support (players {compiled}): give the game the uncompiled modules, or use a "
+                f"first-order algorithm ({first_order_names()})"
+            )
+
+    # ---------------------------------------------------------- data parallel
+    def _mean_(self, vec: Vec) -> Vec:
+        """Average a joint vector across ranks in place (identity without a process group)."""
+        if self._parallel is not None:
+            self._parallel.mean_(vec)
+        return vec
+
+    @contextlib.contextmanager
+    def _together(self) -> Any:
+        """A local evaluation that every rank finishes together: a rank whose losses
+        fail joins the vector field's collective with NaN (so the other ranks refuse
+        the step too, without deadlock), then raises its own error."""
+        try:
+            yield
+        except Exception:
+            if self._parallel is not None:
+                self._mean_([torch.full_like(t, float("nan")) for t in self.layout.grad])
+            raise
+
+    def _replicated_buffers(self, persistent: bool = False) -> list[Tensor]:
+        """The players' module buffers (each once; with ``persistent``, only those in
+        the modules' ``state_dict``), which a data-parallel game keeps equal on every rank."""
+        seen: dict[int, Tensor] = {}
+        for m in self._submodules:
+            keep = tc.persistent_buffer_names(m) if persistent else None
+            for name, b in tc.buffer_registry(m).items():
+                if b is not None and (keep is None or name in keep):
+                    seen.setdefault(id(b), b)
+        return list(seen.values())
+
+    def check_replicas(self) -> None:
+        """Raise ``RuntimeError`` if the ranks' parameters or persistent module
+        buffers differ (data-parallel games)."""
+        if self._parallel is not None:
+            self._parallel.check_replicas([*self.layout.data, *self._replicated_buffers(persistent=True)])
+
+    # ---------------------------------------------------------------- setup
+    def _check_values(self) -> None:
+        """Refuse parameters without values (on the ``meta`` device)."""
+        for p in self.players:
+            for k, q in enumerate(p.parameters):
+                if q.is_meta:
+                    raise ValueError(
+                        f"player {p.name!r}: parameter {k} (shape {tuple(q.shape)}) is on the meta device and holds "
+                        "no values: materialize the module first (module.to_empty(device=...), then initialize it)"
+                    )
+
+    def _check_start(self) -> None:
+        """Refuse a starting point that is not finite (before any projection, which
+        could hide an infinity), naming the parameters."""
+        if all_finite(self.layout.data):
+            return
+        bad = [
+            f"parameter {k} of player {p.name!r}"
+            for p in self.players
+            for k, q in enumerate(p.parameters)
+            if not torch.isfinite(q.detach()).all()
+        ]
+        raise ValueError(f"the starting point is not finite ({', '.join(bad)}): a game starts from finite parameters")
+
+    def _own_losses(self, *args: Any, **kwargs: Any) -> list[Tensor]:
+        return [p.loss(*args, **kwargs) for p in self.players]  # type: ignore[misc]
+
+    def _check_ownership(self) -> None:
+        owner: dict[int, str] = {}
+        for player in self.players:
+            for p in player.parameters:
+                if id(p) in owner:
+                    raise ValueError(f"a parameter is owned by two players: {owner[id(p)]!r} and {player.name!r}")
+                owner[id(p)] = player.name
+
+    def _build_layout(self) -> None:
+        """The joint storage of the players as they are now, and everything built on it."""
+        self.layout = JointLayout(self.players)
+        self._grad_views = [player.grad_views() for player in self.players]
+        self._submodules = [m for p in self.players for m in p.submodules]  # watched every step
+        self._cuda_devices = [key[0] for key in self.layout.keys if key[0].type == "cuda"]  # their generators
+        # what autodiff sees of this game (it never sees the Game)
+        self._problem = autodiff.Problem(
+            names=[p.name for p in self.players],
+            params=[p.parameters for p in self.players],
+            grad_views=self._grad_views,
+            places=[p.places for p in self.players],
+            sparse=[p.has_sparse_grad for p in self.players],
+            sizes=[p.numel for p in self.players],
+            modules=self._modules(),
+            recurrent=any(isinstance(m, nn.RNNBase) for m in self._submodules),
+            layout=self.layout,
+            mean_=self._mean_,
+            parallel=self._parallel is not None,
+            forward_mode=self._forward_mode,
+        )
+        self._pool = VecPool(self.layout)
+        self._watch = relayout.Watch(self.players, self._problem.registrations)
+        self._moves = Moves(self.layout, self.players)
+        # what the oracle sees of this game (it never sees the Game)
+        self._step_context = StepContext(
+            layout=self.layout,
+            problem=self._problem,
+            moves=self._moves,
+            players=self.players,
+            parallel=self._parallel is not None,
+            mean_=self._mean_,
+            together=self._together,
+            evaluations=self._evaluations,
+            take=self._pool.take,
+            scale=self._loss_scale_now,
+        )
+
+    def _modules(self) -> list[nn.Module]:
+        return [p.module for p in self.players if p.module is not None]
+
+    def _refresh(self) -> None:
+        """Follow the players: when one changed (its module converted or edited, its
+        storage left the joint one), refresh the players and rebuild the layout,
+        keeping parameter values and the algorithm state (by parameter). Nothing to do
+        while the watch is intact, the cheap check of every step."""
+        if self._watch.intact():
+            return
+        if not relayout.refresh(self.players, self.layout, self._watch):
+            return
+        parts = relayout.take_apart(self.algorithm.state, self.layout)
+        self._build_layout()
+        self.algorithm.state = relayout.carry(parts, self.algorithm.init_state(self), self.layout)
+        self.algorithm.refresh_params(self)
+        log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
+
+    # -------------------------------------------------------- feasible sets
+    def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
+        """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
+        a constrained parameter its set's step (the projection ``P(w + delta)``, or
+        a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
+        The one place where a game forms a new point (see :mod:`gameopt.constraints`).
+        Raises :class:`NonFiniteError`, with nothing written, if a set returns a
+        point that is not finite."""
+        return self._moves.move(w, delta, out)
+
+    def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
+        """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
+        ``target − w``, or the constraint's own (``log target − log w`` for the
+        entropic simplex)."""
+        return self._moves.delta_to(w, target, out)
+
+    def project_(self, vec: Vec, nonconvex_only: bool = False) -> list[str]:
+        """In place: project each constrained parameter's part of ``vec`` onto its set
+        (with ``nonconvex_only``, only where the set is not convex); returns what moved."""
+        return self._moves.project_(vec, nonconvex_only)
+
+    # ---------------------------------------------------------- derivatives
+    @_autograd_on
+    @_one_at_a_time
+    def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
+        """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
+        (a tuple of tensors for a player with several dtype/device groups).
+
+        Like every product below, it leaves module buffers (BatchNorm running
+        statistics) and the global random generators as they were: only
+        :meth:`step` moves them, once per step."""
+        self._refresh()
+        with self._together(), self._evaluations()(plain=False):
+            autodiff.vector_field(
+                self._problem, range(len(self.players)), functools.partial(self.losses, *args, **kwargs)
+            )
+        return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
+
+    def _evaluations(self) -> Evaluations:
+        """What the evaluations of one step (or one product) share."""
+        return Evaluations(self._submodules, self._cuda_devices)
+
+    def _loss_scale_now(self) -> float:
+        return self.loss_scale.scale if self.loss_scale is not None else 1.0
+
+    @_autograd_on
+    @_one_at_a_time
+    def linearize(self, *args: Any, **kwargs: Any) -> Linearization:
+        """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
+        self._refresh()
+        evaluations = self._evaluations()
+        with evaluations(plain=False):
+            return autodiff.linearize(self._problem, functools.partial(self.losses, *args, **kwargs), evaluations)
+
+    def jacobian_operator(self, *args: Any, **kwargs: Any) -> Any:
+        """J at the current point as a ``scipy.sparse.linalg.LinearOperator`` (see
+        :mod:`gameopt.diagnostics`)."""
+        from ..diagnostics import jacobian_operator
+
+        return jacobian_operator(self, *args, **kwargs)
+
+    @_autograd_on
+    @_one_at_a_time
+    def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+        """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
+        self._refresh()
+        vec = self.layout.from_per_player(v)
+        return self.layout.per_player(self.linearize(*args, **kwargs).jvp(vec))
+
+    @_autograd_on
+    @_one_at_a_time
+    def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+        """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
+        self._refresh()
+        vec = self.layout.from_per_player(v)
+        return self.layout.per_player(self.linearize(*args, **kwargs).vjp(vec))
+
+    # ------------------------------------------------------------------ step
+    def step(self, *args: Any, **kwargs: Any) -> StepLosses:
+        """One step of the algorithm. Arguments are passed on to ``losses`` (or to
+        each player's own ``loss=``), in every evaluation of the step.
+
+        Returns the players' losses at the start of the step (a tuple of detached
+        0-d tensors), with the metrics the losses returned beside them in
+        ``.metrics`` (see :mod:`gameopt.evaluation`). The players' gradient buffers
+        (``.grad``) serve as scratch space during a step; read ξ with
+        :meth:`vector_field`.
+        Raises :class:`NonFiniteError` (nothing changed) when a vector field or the
+        update is not finite, unless ``on_nonfinite="skip"``. Any error leaves the
+        parameters, the algorithm state and the module buffers as they were.
+
+        The step itself is :meth:`step_closure`, with the losses bound to these
+        arguments. It runs through ``game.optimizer.step(closure)`` (its hooks, the
+        learning-rate schedulers' step count) whenever a hook, a scheduler or a
+        profiler is there to see it, and directly otherwise.
+        """
+        closure = functools.partial(self.losses, *args, **kwargs)
+        optimizer = self.optimizer
+        # either way the optimizer calls self.step_closure(closure); its step() adds torch.optim's wrapper
+        if tc.optimizer_step_unobserved(optimizer):
+            return optimizer.step_unobserved(closure)
+        return optimizer.step(closure)
+
+    @_autograd_on
+    @_one_at_a_time
+    def step_closure(self, closure: Callable[[], Any]) -> StepLosses:
+        """The step itself, with the losses evaluated by ``closure()`` (no arguments);
+        what ``game.optimizer.step(closure)`` runs. Prefer :meth:`step`.
+
+        A step follows the players if one changed (a module converted or edited:
+        the layout is rebuilt, the algorithm state carried by parameter), asks the
+        algorithm for ``(delta, new_state)`` through a :class:`~gameopt.game.Oracle`,
+        checks both (finite; no borrowed vector kept), moves the parameters by
+        ``delta`` through their feasible sets (:meth:`move`) and commits the new
+        state. On any error the parameters, the algorithm state and the module
+        buffers stay as they were; a non-finite step raises :class:`NonFiniteError`,
+        or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale)."""
+        self._refresh()
+        oracle = Oracle(self._step_context, closure)
+        algorithm = self._algorithm
+        old = kept = algorithm.state
+        buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]  # put back if the step fails
+        try:
+            algorithm.check_groups()  # lr and every scheduled value, whoever set it
+            algorithm.sync_rule()  # scheduled betas, momentum, decay
+            delta, new_state = algorithm.update(oracle, old)
+            _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
+            self.move(self.layout.data, delta, out=self.layout.data)
+            algorithm.state = kept = new_state
+        except BaseException as err:
+            _put_back(buffers)
+            if not isinstance(err, NonFiniteError) or (self.loss_scale is None and self.on_nonfinite == "raise"):
+                raise
+            return self._skip(oracle)
+        finally:
+            # keep only what the committed state holds: the pool's other vectors live
+            # within the step only
+            if self._pool.lent:
+                self._pool.recycle(tensors_in(kept))
+        self._after_step()
+        return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
+
+    def _skip(self, oracle: Oracle) -> StepLosses:
+        """A non-finite step, skipped (nothing changed): counted; with a loss scale,
+        an overflow, and the scale backs off."""
+        if self.loss_scale is not None:
+            self.loss_scale.update(finite=False)
+            self.skipped_steps += 1
+            log.info("overflow at loss scale %g: step skipped, scale now %g", oracle.scale, self.loss_scale.scale)
+        else:
+            self.skipped_steps += 1
+            log.warning("non-finite step skipped (%d so far)", self.skipped_steps)
+        return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
+
+    def _after_step(self) -> None:
+        """After a step is committed: rank 0's module buffers on every rank (as DDP's
+        ``broadcast_buffers``), the loss scale's count, the periodic replica check."""
+        if self._parallel is not None:
+            with torch.no_grad():
+                self._parallel.broadcast_coalesced_(self._replicated_buffers())
+        if self.loss_scale is not None:
+            self.loss_scale.update(finite=True)
+        self._steps += 1
+        if self.check_replicas_every and self._steps % self.check_replicas_every == 0:
+            self.check_replicas()
+
+    # ----------------------------------------------------------- checkpoints
+    @_one_at_a_time
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume bit for bit: each player's parameters and its
+        module's persistent buffers (BatchNorm running statistics), the algorithm's
+        state and learning rates. Loads with ``torch.load(weights_only=True)``."""
+        self._refresh()
+        return checkpoint.state_dict(self.players, self.algorithm, self.skipped_steps, self.loss_scale)
+
+    @_one_at_a_time
+    def check_state_dict(self, state_dict: Any) -> None:
+        """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
+        game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
+        self._refresh()
+        checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.loss_scale)
+
+    @_one_at_a_time
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`. Everything is checked before anything is
+        written: a state that does not fit raises ``ValueError`` and changes nothing."""
+        self.check_state_dict(state_dict)
+        self.skipped_steps = checkpoint.load_state_dict(state_dict, self.players, self.algorithm, self.loss_scale)
+
+    def __repr__(self) -> str:
+        names = ", ".join(p.name for p in self.players)
+        return f"Game([{names}], algorithm={self.algorithm!r})"
+
+
+def _unique_names(players: list[Player]) -> None:
+    """Players in one game have unique names, so that a checkpoint maps players by
+    name, never by a guess: players whose default names (their module's class, or
+    ``params``) coincide are named ``<name>_<index in the game>``; two given names that
+    coincide are refused."""
+    counts = Counter(p.name for p in players)
+    given = sorted({p.name for p in players if p.name_given and counts[p.name] > 1})
+    if given:
+        raise ValueError(f"two players are named {given[0]!r}: give each player of a game its own name (name=...)")
+    for k, p in enumerate(players):
+        if counts[p.name] > 1:
+            p.name = f"{p.name}_{k}"
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
+
+
+def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_state: Any, layout: JointLayout) -> None:
+    """Refuse what the algorithm ``name`` returned unless the game may commit it: a
+    state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
+    kept as a plain list (``TypeError``), a step or new state that is not finite
+    (:class:`NonFiniteError`)."""
+    new_tensors = tensors_in(new_state)
+    if new_tensors:
+        _check_not_borrowed(new_tensors, oracle.borrowed, name)
+    if debug.enabled() and (untyped := relayout.untyped_vectors(new_state, layout)):
+        raise TypeError(
+            f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
+            f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
+        )
+    if not all_finite(_unchecked(delta, new_tensors, old_state)):
+        raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+
+
+def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec], name: str) -> None:
+    """Refuse a state (given by its tensors) that holds a vector that :meth:`Oracle.xi`
+    lent (the gradient buffer, which the next evaluation overwrites)."""
+    lent = {t.untyped_storage().data_ptr() for vec in borrowed for t in vec}
+    if lent and any(t.untyped_storage().data_ptr() in lent for t in state_tensors):
+        raise RuntimeError(
+            f"{name}.update returned a state that holds the result of oracle.xi(), which is borrowed "
+            "(the next evaluation overwrites it): keep a copy (oracle.empty().copy_(xi)) instead"
+        )
+
+
+def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> list[Tensor]:
+    """The tensors of a step to check for finiteness, each once: the delta and the
+    new state's tensors, less what the old state already held (checked when committed)."""
+    old = tensors_in(old_state)
+    if not old and not new_tensors:
+        return list(delta)
+    seen = set(map(id, old))
+    out = []
+    for t in [*delta, *new_tensors]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def _put_back(buffers: Sequence[tuple[Tensor, Tensor]]) -> None:
+    """Restore module buffers from their copies (a step that failed)."""
+    with torch.no_grad():
+        for b, copy in buffers:
+            b.data.copy_(copy)

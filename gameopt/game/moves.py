@@ -1,0 +1,161 @@
+"""Feasible points: the one place where a game forms a new point.
+
+:class:`Moves` knows, for one joint layout, which parameters have a feasible set
+(:mod:`gameopt.constraints`) and where they sit in a joint vector. It forms the
+point a step reaches (:meth:`Moves.move`), the step that reaches a point
+(:meth:`Moves.delta_to`), projections (:meth:`Moves.project_`), and the points an
+algorithm evaluates at (:meth:`Moves.at`). The game builds one per layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from .. import _torch_compat as tc
+from ..layout import Entry, JointLayout
+from ..player import Player
+from ..protocols import Along
+from ..vec import Vec, all_finite
+from .errors import NonFiniteError
+
+
+class Moves:
+    """The feasible-set maths of one joint layout.
+
+    Args:
+        layout: the game's joint layout.
+        players: the game's players, in the layout's order (their constraints and names).
+    """
+
+    def __init__(self, layout: JointLayout, players: Sequence[Player]) -> None:
+        self.layout = layout
+        self.players = players  # their names, read when a message needs them
+        # (entry, parameter index in its buffer, constraint) for every constrained parameter
+        self.constrained = [
+            (e, k, c)
+            for e in layout.entries
+            for k, p in enumerate(e.buffer.params)
+            if (c := players[e.player].constraints.get(id(p))) is not None
+        ]
+        # per joint group: the constrained parameters fill it (a move forms all of it through sets)
+        filled = [0] * len(layout.data)
+        for e, k, _ in self.constrained:
+            filled[e.group] += e.buffer.segments[k].numel
+        self._covered = [n == t.numel() for n, t in zip(filled, layout.data)]
+        self._made_views: list[tuple[Vec, list[Tensor]]] = []
+        self._made_views = [(vec, self._views(vec)) for vec in (layout.data, layout.grad)]
+        self.backup: Vec | None = None  # the current point, only while :meth:`at` is away from it
+
+    def _param_view(self, vec: Vec, e: Entry, k: int) -> Tensor:
+        return e.buffer.views(self.layout.entry_view(vec, e))[k]
+
+    def _views(self, vec: Vec, scale: Sequence[float] | None = None) -> list[Tensor]:
+        """The constrained parameters' views of ``vec`` (times their player's factor);
+        those of the joint parameters and gradients are made once per layout."""
+        for tensors, made in self._made_views:
+            if len(vec) == len(tensors) and all(map(operator.is_, vec, tensors)):
+                views = made
+                break
+        else:
+            views = [self._param_view(vec, e, k) for e, k, _ in self.constrained]
+        if scale is None:
+            return views
+        return [v * scale[e.player] for v, (e, _, _) in zip(views, self.constrained)]
+
+    @contextlib.contextmanager
+    def at(self, at: Vec | None, along: Along | None = None, why: Callable[[], str] | None = None) -> Iterator[None]:
+        """Evaluate at ``at``, or at w + factorᵢ·dᵢ for ``along=(d, factors)`` (a
+        constrained parameter through its set's step), and put the current point back
+        afterwards (also on error). Refuses a non-finite point with
+        :class:`NonFiniteError` (``why()``: the message)."""
+        if at is None and along is None:
+            yield
+            return
+        data = self.layout.data
+        self.backup = self.layout.empty()
+        tc.foreach_copy_(self.backup, data)
+        try:
+            with torch.no_grad():
+                if at is not None:
+                    tc.foreach_copy_(data, at)
+                else:
+                    self.layout.add_scaled_(data, *along)  # type: ignore[misc]
+                    d, factors = along  # type: ignore[misc]
+                    points = [
+                        c.step(w, step)
+                        for (_, _, c), w, step in zip(
+                            self.constrained, self._views(self.backup), self._views(d, scale=factors)
+                        )
+                    ]
+                    if not all_finite(points):
+                        raise NonFiniteError(self._not_finite_through_sets(points))
+                    for (e, k, _), point in zip(self.constrained, points):
+                        self._param_view(data, e, k).copy_(point)
+            if not all_finite(data):
+                raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
+            yield
+        finally:
+            tc.foreach_copy_(data, self.backup)
+            self.backup = None  # not held through the rest of the step (its peak)
+
+    def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
+        """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
+        a constrained parameter its set's step (the projection ``P(w + delta)``, or
+        a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
+        Raises :class:`NonFiniteError`, with nothing written, if a set returns a
+        point that is not finite."""
+        with torch.no_grad():
+            if not self.constrained:
+                for o, x, d in zip(out, w, delta):  # one tensor per (device, dtype) group
+                    o.add_(d) if o is x else torch.add(x, d, out=o)
+                return out
+            moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self.constrained, self._views(w), self._views(delta))]
+            if not all_finite(moved):
+                raise NonFiniteError(self._not_finite_through_sets(moved))
+            for o, x, d, covered in zip(out, w, delta, self._covered):
+                if not covered:  # a group that the sets' points do not fill
+                    o.add_(d) if o is x else torch.add(x, d, out=o)
+            tc.foreach_copy_(self._views(out), moved)
+        return out
+
+    def _not_finite_through_sets(self, points: Sequence[Tensor]) -> str:
+        """A message naming the constrained parameters whose new point is not finite."""
+        bad = [
+            f"parameter {k} of player {self.players[e.player].name!r} ({c!r})"
+            for (e, k, c), x in zip(self.constrained, points)
+            if not all_finite([x])
+        ]
+        return f"the point formed through a feasible set is not finite for {', '.join(bad)}; nothing changed"
+
+    def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
+        """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
+        ``target − w``, or the constraint's own (``log target − log w`` for the
+        entropic simplex)."""
+        with torch.no_grad():
+            steps = [
+                c.delta_to(wv, tv) for (_, _, c), wv, tv in zip(self.constrained, self._views(w), self._views(target))
+            ]
+            for o, t, x in zip(out, target, w):
+                torch.sub(t, x, out=o)
+            for (e, k, _), step in zip(self.constrained, steps):
+                self._param_view(out, e, k).copy_(step)
+        return out
+
+    def project_(self, vec: Vec, nonconvex_only: bool = False) -> list[str]:
+        """In place: project each constrained parameter's part of ``vec`` onto its set
+        (with ``nonconvex_only``, only where the set is not convex); returns what moved."""
+        moved = []
+        with torch.no_grad():
+            for (e, k, c), w in zip(self.constrained, self._views(vec)):
+                if nonconvex_only and c.convex:
+                    continue
+                p = c.project(w)
+                if not torch.equal(p, w):
+                    moved.append(f"parameter {k} of player {self.players[e.player].name!r} onto {c!r}")
+                    w.copy_(p)
+        return moved

@@ -1,0 +1,201 @@
+"""What an algorithm may ask of its game during one step: the :class:`Oracle`, and
+the narrow view of the game it is built on (:class:`StepContext`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import autodiff, debug
+from ..evaluation import Evaluations
+from ..layout import JointLayout
+from ..player import Player
+from ..protocols import Along, Linearization
+from ..vec import Vec, all_finite
+from .errors import NonFiniteError
+from .moves import Moves
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """All that an :class:`Oracle` sees of its game. The game builds one per layout."""
+
+    layout: JointLayout
+    problem: autodiff.Problem  # what autodiff sees of the game
+    moves: Moves  # new points: evaluate at one, move, delta_to, project
+    players: Sequence[Player]  # their names, for error messages
+    parallel: bool  # data-parallel: every rank must refuse a step together
+    mean_: Callable[[Vec], Vec]  # average a joint vector across ranks, in place
+    together: Callable[[], AbstractContextManager[None]]  # an evaluation every rank finishes together
+    evaluations: Callable[[], Evaluations]  # what the evaluations of one step share
+    take: Callable[[], Vec]  # a pool vector (contents undefined); see VecPool
+    scale: Callable[[], float]  # the loss scale now (1.0 without loss scaling)
+
+
+class Oracle:
+    """What an algorithm may ask of the game during one step.
+
+    Vectors are joint vectors (``Vec``: one flat tensor per (device, dtype)
+    group). :meth:`xi` does not check finiteness (the step's check of the update
+    and the new state covers it); :meth:`linearize` does unless told otherwise;
+    every point is checked before anything is evaluated there.
+
+    Ownership: what :meth:`xi` returns is *borrowed* (the game's gradient buffer,
+    valid until the next :meth:`xi`; the algorithm may overwrite it, return it as
+    its step, or pass it to the next :meth:`xi` as ``along``, but never keep it in
+    its state). Everything else is the caller's: the linearization and its vectors,
+    and the vectors of ``empty``, :meth:`moved`, :meth:`delta_to` and
+    :meth:`scaled` (taken from the game's pool: kept after the step only if the
+    returned state holds them). :mod:`gameopt.debug` makes misuse fail loudly.
+
+    The game builds one per step from a ``StepContext`` (all that the oracle sees
+    of the game) and ``closure`` (the losses at the current point, no arguments).
+    """
+
+    def __init__(self, context: StepContext, closure: Callable[[], Any]) -> None:
+        self._context, self.closure = context, closure
+        self.layout = context.layout
+        self.evaluations = context.evaluations()  # same random numbers; buffers move once
+        self.scale = context.scale()
+        self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
+        self._all_losses: list[Sequence[Tensor]] = []
+        self.empty = context.take  # a pool vector (contents undefined); see VecPool
+        self.borrowed: list[Vec] = []  # what xi() returned (debug mode: copies, poisoned when stale)
+
+    @property
+    def params(self) -> Vec:
+        """The current point, read only (return a delta instead of writing here)."""
+        return self.layout.data
+
+    @property
+    def num_players(self) -> int:
+        return self.layout.num_players
+
+    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec:
+        """ξ at the current point, at ``at``, or ``along=(d, factors)`` at
+        w + factorᵢ·dᵢ (each player's part with its factor; ``d`` is left as it is).
+        With ``players``, only those players' parts are computed (the rest of the
+        returned vector is meaningless). The result is borrowed (see the class): the
+        game's gradient buffer, valid until the next call.
+
+        ξ is not checked here: :meth:`~gameopt.Game.step` checks the update and the new state,
+        which every ξ flows into. A point is checked before anything runs there."""
+        which = range(self.num_players) if players is None else players
+        context = self._context
+        evaluate = functools.partial(autodiff.vector_field, context.problem, list(which), self.closure, self.scale)
+        if at is None and along is None and not context.parallel:  # no point to form, no rank to wait for
+            if debug.enabled():  # earlier results are stale now
+                debug.poison_(t for vec in self.borrowed for t in vec)
+            (losses, metrics), own = self.evaluations.run(True, evaluate)
+        else:
+            with (
+                context.moves.at(at, along, lambda: self.not_finite_message("a point to evaluate at")),
+                context.together(),
+                self.evaluations(plain=at is None and along is None) as own,
+            ):
+                if debug.enabled():  # the point is formed (``along`` read): earlier results are stale now
+                    debug.poison_(t for vec in self.borrowed for t in vec)
+                losses, metrics = evaluate()
+        self._seen(losses, metrics if own else None)
+        xi = context.mean_(self.layout.grad)
+        if debug.enabled():
+            xi = self.empty().copy_(xi)
+            if players is not None:  # the other players' parts are meaningless
+                others = [i for i in range(self.num_players) if i not in which]
+                debug.poison_(t for i in others for t in self.layout.player_views(xi, i))
+            self.borrowed.append(xi)
+        else:
+            self.borrowed = [xi]
+        return xi
+
+    def _seen(self, losses: Sequence[Tensor], metrics: dict[str, Any] | None) -> None:
+        if self.losses is None:
+            self.losses = tuple(losses)
+        if metrics is not None:
+            self.evaluations.keep_metrics(metrics)
+        self._all_losses.append(losses)
+
+    def linearize(
+        self,
+        at: Vec | None = None,
+        check: bool = True,
+        zero_sum: bool = False,
+        batched: bool = False,
+        cross: bool = False,
+    ) -> Linearization:
+        """ξ at the current point (or ``at``) with its graph, for Jv and Jᵀv.
+
+        ``check``: refuse a non-finite ξ right away (before an iterative solve, say).
+        An algorithm whose update is non-finite whenever ξ is may skip it: the
+        check of the update in :meth:`~gameopt.Game.step` covers ξ then. A data-parallel
+        game always checks: a rank that failed takes part in no later collective,
+        so every rank must stop here together.
+
+        ``zero_sum``: the game is two players with losses (f, −f) (checked on the
+        values): every product is a Hessian-vector product of f through one kept
+        graph (:class:`~gameopt.autodiff.ZeroSumLinearization`); ``batched``: its
+        paired products (``vjp_jvp``) in one double backward. ``cross``: keep the
+        cross gradients ∇_{w_j} f_i with their graphs, so that H_o v and χ cost one
+        reverse pass per player (:meth:`~gameopt.autodiff.GeneralLinearization.shaping`)."""
+        context = self._context
+        with context.moves.at(at), context.together(), self.evaluations(plain=at is None) as own:
+            lin = autodiff.linearize(
+                context.problem,
+                self.closure,
+                self.evaluations,
+                self.scale,
+                zero_sum=zero_sum,
+                batched=batched,
+                cross=cross,
+            )
+        self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
+        if zero_sum and not context.parallel and not all_finite(self._all_losses[-1]):
+            # whether they are (f, −f) cannot be checked (a data-parallel game: ξ's check below)
+            raise NonFiniteError(self.not_finite_message("a loss of the zero-sum game"))
+        if (check or context.parallel) and not all_finite(lin.xi):
+            raise NonFiniteError(self.not_finite_message("the vector field ξ"))
+        return lin
+
+    def not_finite_message(self, what: str) -> str:
+        """An error message: ``what`` is not finite, with the players whose losses were not."""
+        bad = [
+            p.name
+            for i, p in enumerate(self._context.players)
+            if any(not torch.isfinite(losses[i]).all() for losses in self._all_losses if i < len(losses))
+        ]
+        hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
+        if not bad and self._context.parallel:
+            hint = " (on another rank: its losses failed or were not finite)"
+        return f"{what} is not finite{hint}; the step was refused and nothing changed"
+
+    def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
+        """A new (pool) vector: the point reached from the current point (or ``at``)
+        by the step ``delta``, within the players' feasible sets (see :meth:`~gameopt.Game.move`)."""
+        return self._context.moves.move(self.params if at is None else at, delta, out=self.empty())
+
+    def project_nonconvex_(self, vec: Vec) -> Vec:
+        """In place: project the parts of ``vec`` whose feasible set is not convex."""
+        self._context.moves.project_(vec, nonconvex_only=True)
+        return vec
+
+    def delta_to(self, target: Vec) -> Vec:
+        """A new (pool) vector: the step whose move from the current point lands on
+        the feasible point ``target`` (see :meth:`~gameopt.Game.delta_to`)."""
+        return self._context.moves.delta_to(self.params, target, out=self.empty())
+
+    def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """A new (pool) vector: each player's part of ``vec`` times its factor."""
+        return self.layout.scale_(vec, factors, out=self.empty())
+
+    def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
+        """In place: each player's part of ``vec`` times its factor."""
+        return self.layout.scale_(vec, factors)
+
+    def dot(self, a: Vec, b: Vec) -> Tensor:
+        return self.layout.dot(a, b)
