@@ -333,7 +333,7 @@ def count_kept_vectors(game: gameopt.Game) -> int:
     storages = {v[0].untyped_storage().data_ptr() for v in game._pool._owned}
     if game._moves.backup is not None:
         storages.add(game._moves.backup[0].untyped_storage().data_ptr())
-    for t in tensors_in(game.algorithm.state):
+    for t in tensors_in(game.algorithm_state):
         if t.numel() == n:
             storages.add(t.untyped_storage().data_ptr())
     return len(storages)

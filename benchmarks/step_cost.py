@@ -528,7 +528,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     oracle = Oracle(game._step_context, closure)
     alg = game.algorithm
     grads = game.layout.grad
-    delta, _ = alg.descend(oracle, grads, alg.state["rule"])
+    delta, _ = alg.descend(oracle, grads, game.algorithm_state["rule"])
     zero = [torch.zeros_like(t) for t in delta]
     pieces: dict[str, Callable[[], object]] = {
         "Game.step (SimGD), all of it": step,
@@ -538,8 +538,8 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
         # outside a step nothing returns the pool's vectors: recycle after each call
         "Algorithm.descend, out of place": lambda: (
-            alg.descend(oracle, grads, alg.state["rule"]),
-            game._pool.recycle(tensors_in(alg.state)),
+            alg.descend(oracle, grads, game.algorithm_state["rule"]),
+            game._pool.recycle(tensors_in(game.algorithm_state)),
         ),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
         "Oracle(...) construction": lambda: Oracle(game._step_context, closure),

@@ -33,7 +33,8 @@ class GameOptimizer(torch.optim.Optimizer):
       Without it, the game's own losses are used with no arguments. It returns the
       step's losses (:meth:`gameopt.Game.step`'s value).
     * :meth:`state_dict` / :meth:`load_state_dict` are the algorithm's (its param
-      groups and state; a state that does not fit is refused and changes nothing).
+      groups, and the state the game holds for it: ``game.algorithm_state``; a state
+      that does not fit is refused and changes nothing).
       The per-parameter ``state`` of ``torch.optim`` stays empty: an algorithm's
       state is joint vectors over all players, which ``state_dict`` carries.
 
@@ -71,6 +72,11 @@ class GameOptimizer(torch.optim.Optimizer):
         """:meth:`step` without ``torch.optim``'s wrapper (step hooks, an LR scheduler's
         count, the profiler's range): what the game calls when none of them is in play
         (``gameopt._torch_compat.optimizer_step_unobserved``)."""
+        game = self._current_game()
+        return game.step_closure(game.losses if closure is None else closure)
+
+    def _current_game(self) -> Steppable:
+        """The game, whose algorithm is still this optimizer's (else ``RuntimeError``)."""
         game = self._game
         if game is None:
             raise RuntimeError("this GameOptimizer has no game")
@@ -79,13 +85,14 @@ class GameOptimizer(torch.optim.Optimizer):
                 "the game's algorithm was replaced after this optimizer was made: step game.optimizer "
                 "(and give schedulers game.optimizer again)"
             )
-        return game.step_closure(game.losses if closure is None else closure)
+        return game
 
     def state_dict(self) -> dict[str, Any]:
-        return self.algorithm.state_dict()
+        return self.algorithm.state_dict(self._current_game().algorithm_state)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.algorithm.load_state_dict(state_dict)
+        game = self._current_game()
+        game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         if self._game is not None:

@@ -99,12 +99,15 @@ class GameView(Protocol):
     players: list[Player]
     layout: JointLayout
     lock: Any  # a threading.RLock: held by every step, state_dict and load_state_dict
+    algorithm: Any  # the algorithm the game runs (an algorithm may be its base)
+    algorithm_state: Any  # the state the game holds for ``algorithm``
 
 
 class Steppable(Protocol):
     """The game a :class:`~gameopt.optim.GameOptimizer` steps."""
 
     losses: Callable[..., Any]
+    algorithm_state: Any  # the state the game holds for its algorithm
 
     @property
     def algorithm(self) -> Any: ...

@@ -550,10 +550,10 @@ def test_the_state_has_the_keys_of_its_typed_dict(info: AlgoInfo) -> None:
     else:
         algo = info.make(_lrs(3))
         game = GAMES["nonquadratic"]().build(algo)
-    _assert_state_keys(algo, algo.state, "after init_state")
+    _assert_state_keys(algo, game.algorithm_state, "after init_state")
     for _ in range(2):
         game.step()
-    _assert_state_keys(algo, algo.state, "after a step")
+    _assert_state_keys(algo, game.algorithm_state, "after a step")
 
 
 def test_every_algorithm_is_typed_by_its_state() -> None:

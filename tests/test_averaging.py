@@ -83,6 +83,22 @@ def test_average_is_a_copy_and_the_repr_names_everything() -> None:
     assert repr(algo) == "Averaging(SimGD(lr=[0.1, 0.1]), kind='ema', decay=0.5, start=2)"
 
 
+def test_the_game_holds_the_state_and_an_average_inside_another_wrapper_reads_its_part() -> None:
+    tg = GAMES["bilinear"]()
+    avg = gameopt.Averaging(gameopt.SimGD(0.1), kind="uniform")
+    algo = gameopt.Lookahead(avg, k=2)
+    game = tg.build(algo)
+    for _ in range(3):
+        game.step()
+    assert not hasattr(algo, "state") and not hasattr(avg, "state")
+    state = game.algorithm_state
+    assert set(state) == {"base", "slow", "count"} and state["base"]["count"] == 3
+    assert all(torch.equal(a, b) for a, b in zip(avg.average(), game.layout.per_player(state["base"]["avg"])))
+    game.algorithm = gameopt.SimGD(0.1)  # the average's state went with it
+    with pytest.raises(RuntimeError, match="no longer the game's algorithm"):
+        avg.average()
+
+
 # ---------------------------------------------------------------- the swap
 def _stepped(steps: int = 5):
     tg = GAMES["quadratic"]()

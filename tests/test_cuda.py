@@ -146,7 +146,7 @@ def test_a_checkpoint_moves_between_the_device_and_the_cpu(where) -> None:
         saver.step()
     loader, b = build(load_on)
     loader.load_state_dict(saver.state_dict())
-    assert all(t.device.type == torch.device(load_on).type for t in loader.algorithm.state["rule"]["m"])
+    assert all(t.device.type == torch.device(load_on).type for t in loader.algorithm_state["rule"]["m"])
     for _ in range(3):
         saver.step()
         loader.step()

@@ -22,7 +22,7 @@ from gameopt.state import clone_state
 def _w_prime(game: gameopt.Game) -> list[torch.Tensor]:
     """PastExtragradient's next evaluation point w − η u_{t−1} (unconstrained)."""
     algo = game.algorithm
-    prev = [t.clone() for t in algo.state["prev"]]
+    prev = [t.clone() for t in game.algorithm_state["prev"]]
     scaled = game.layout.scale_(prev, [-lr for lr in algo.lrs])
     return [d + s for d, s in zip(game.layout.data, scaled)]
 
@@ -37,7 +37,7 @@ def test_past_extragradient_evaluates_at_optimistic_gradients_iterates(game_name
     lrs = [0.05 + 0.02 * i for i in range(len(tg.init))]
     peg = tg.build(gameopt.PastExtragradient(lrs, update=make_rule()))
     peg.step()
-    after_one = clone_state(peg.algorithm.state)
+    after_one = clone_state(peg.algorithm_state)
     points = []
     for _ in range(6):
         points.append(_w_prime(peg))
@@ -45,7 +45,7 @@ def test_past_extragradient_evaluates_at_optimistic_gradients_iterates(game_name
     tg2 = GAMES[game_name]()
     tg2.init = [w.clone() for w in torch.split(torch.cat(points[0]), [w.numel() for w in tg.init])]
     opt = tg2.build(gameopt.Optimistic(lrs, update=make_rule()))
-    opt.algorithm.state = {"rule": after_one["rule"], "prev": gameopt.Vec(after_one["prev"]), "t": 1}
+    opt.algorithm_state = {"rule": after_one["rule"], "prev": gameopt.Vec(after_one["prev"]), "t": 1}
     for t, expected in enumerate(points[1:]):
         opt.step()
         flat = torch.cat([w.flatten() for w in tg2.params()])
@@ -137,8 +137,8 @@ def test_anchored_extragradient_keeps_the_point_of_its_first_step_as_anchor() ->
     start = torch.cat(tg.params())
     game.step()
     game.step()
-    assert game.algorithm.state["k"] == 2
-    assert torch.equal(torch.cat(list(game.algorithm.state["anchor"])), start)
+    assert game.algorithm_state["k"] == 2
+    assert torch.equal(torch.cat(list(game.algorithm_state["anchor"])), start)
 
 
 def test_anchored_extragradient_reaches_the_rate_of_the_paper_on_a_bilinear_game() -> None:
@@ -289,7 +289,7 @@ def test_follow_the_ridge_refuses_a_game_that_is_not_zero_sum_and_changes_nothin
     with pytest.raises(ValueError, match=r"zero-sum game given as losses \(f, -f\)"):
         game.step()
     assert all(torch.equal(a, b) for a, b in zip(before, tg.params()))
-    assert game.algorithm.state == {}
+    assert game.algorithm_state == {}
 
 
 @pytest.mark.parametrize("make", [gameopt.FollowTheRidge, gameopt.Stackelberg])

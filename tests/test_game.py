@@ -331,14 +331,14 @@ def test_module_converted_mid_run_keeps_values_and_state() -> None:
     game = tg.build(gameopt.Optimistic(0.05, update=gameopt.Momentum(0.5)), dtype=torch.float32)
     for _ in range(2):
         game.step()
-    prev32 = [t.clone() for t in game.algorithm.state["prev"]]
+    prev32 = [t.clone() for t in game.algorithm_state["prev"]]
     tg.modules[1].double()
     tg.losses_fn_orig = tg.losses_fn
     game.step()  # notices, re-fuses, carries state over
     assert tg.modules[1].w.dtype == torch.float64
     assert len(game.layout.data) == 2
     assert tg.modules[1].w.data_ptr() == game.players[1].params.data_ptr()
-    assert game.algorithm.state["prev"][1].dtype == torch.float64
+    assert game.algorithm_state["prev"][1].dtype == torch.float64
     del prev32
 
 
@@ -511,7 +511,7 @@ def test_state_loaded_from_a_checkpoint_still_follows_its_parameter(name) -> Non
     loaded = saved_and_loaded(game.state_dict())
     m, game = _separable_game(SEPARABLE[name])
     game.load_state_dict(loaded)
-    vectors = [v for v in _lists(game.algorithm.state) if len(v) == len(game.layout.data)]
+    vectors = [v for v in _lists(game.algorithm_state) if len(v) == len(game.layout.data)]
     assert vectors and all(isinstance(v, gameopt.Vec) for v in vectors)
     del m.a
     del ref.a

@@ -69,7 +69,7 @@ def _fit(tmp_path, steps, ckpt_path=None):
 def test_lightning_counts_game_steps_and_its_checkpoints_resume_the_game_bit_for_bit(tmp_path) -> None:
     straight, trainer = _fit(tmp_path / "straight", 8)
     assert trainer.global_step == 8
-    assert straight.game.algorithm.state["rule"]["t"] == 16  # Extra-Adam: two rule updates per step
+    assert straight.game.algorithm_state["rule"]["t"] == 16  # Extra-Adam: two rule updates per step
     # stopped at an epoch's end (Lightning restarts an interrupted epoch's data from its start)
     first, trainer = _fit(tmp_path / "killed", 4)
     assert trainer.global_step == 4

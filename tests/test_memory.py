@@ -30,14 +30,11 @@ KEPT = {
 
 def kept_storages(game: gameopt.Game) -> set[int]:
     """Storages of the joint vectors the game holds between steps, beyond parameters
-    and gradients: the algorithm state's (a wrapper's base's too), the pool's and the
-    evaluation backup."""
+    and gradients: the algorithm state's (a wrapper's holds its base's), the pool's and
+    the evaluation backup."""
     n = game.layout.data[0].numel()
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
-    states = [game.algorithm.state]
-    if isinstance(game.algorithm, gameopt.Lookahead):  # a wrapper: its base's own state too
-        states.append(game.algorithm.base.state)
-    held = [t for t in tensors_in(states) if t.numel() == n]
+    held = [t for t in tensors_in(game.algorithm_state) if t.numel() == n]
     held += [v[0] for v in game._pool._owned]
     if game._moves.backup is not None:
         held += list(game._moves.backup)
@@ -51,7 +48,7 @@ def test_a_warm_step_keeps_only_the_state_its_method_needs(name) -> None:
     for _ in range(5):  # Lookahead's synchronizations included
         game.step()
         assert len(kept_storages(game)) == expected
-        state = {t.untyped_storage().data_ptr() for t in tensors_in(game.algorithm.state)}
+        state = {t.untyped_storage().data_ptr() for t in tensors_in(game.algorithm_state)}
         assert all(v[0].untyped_storage().data_ptr() in state for v in game._pool._owned)
 
 

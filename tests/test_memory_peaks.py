@@ -31,7 +31,7 @@ SECOND_EVALUATION = {
 def _held(game: gameopt.Game) -> set[int]:
     n = game.layout.data[0].numel()
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
-    held = [t for t in tensors_in(game.algorithm.state) if t.numel() == n]
+    held = [t for t in tensors_in(game.algorithm_state) if t.numel() == n]
     held += [v[0] for v in game._pool._owned]
     if game._moves.backup is not None:
         held += list(game._moves.backup)
@@ -78,14 +78,14 @@ def test_extra_adam_failing_at_the_extrapolated_point_loses_nothing(monkeypatch,
     for _ in range(2):
         game.step()
     params = [p.clone() for p in tg.params()]
-    state = {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in game.algorithm.state["rule"].items()}
+    state = {k: [t.clone() for t in v] if isinstance(v, list) else v for k, v in game.algorithm_state["rule"].items()}
     armed.update(on=True, calls=0)
     with pytest.raises(gameopt.NonFiniteError if failure == "nan" else RuntimeError):
         game.step()
     assert armed["calls"] == 2
     bits = lambda t: t.view(torch.int64)  # noqa: E731
     assert all(torch.equal(bits(a), bits(b)) for a, b in zip(tg.params(), params))
-    rule = game.algorithm.state["rule"]
+    rule = game.algorithm_state["rule"]
     assert rule["t"] == state["t"] == 4
     for k in ("m", "v"):
         assert all(torch.equal(bits(a), bits(b)) for a, b in zip(rule[k], state[k]))

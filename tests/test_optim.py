@@ -69,8 +69,8 @@ def test_state_dict_is_the_algorithms_and_a_bad_one_changes_nothing() -> None:
     assert sd["type"] == "Extragradient" and sd["state"]["rule"]["t"] == 2
     other, _ = _game()
     other.optimizer.load_state_dict(sd)
-    assert other.algorithm.state["rule"]["t"] == 2
-    assert all(torch.equal(a, b) for a, b in zip(other.algorithm.state["rule"]["m"], game.algorithm.state["rule"]["m"]))
+    assert other.algorithm_state["rule"]["t"] == 2
+    assert all(torch.equal(a, b) for a, b in zip(other.algorithm_state["rule"]["m"], game.algorithm_state["rule"]["m"]))
     before = saved_and_loaded(other.optimizer.state_dict())
     bad = {**sd, "state": {"rule": {**sd["state"]["rule"], "t": "one"}}}
     with pytest.raises(ValueError, match=r"algorithm\.state"):

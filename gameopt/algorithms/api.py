@@ -8,7 +8,9 @@ algorithm) that implements ``init_state(game) -> state`` and
 sets, and returns the step ``delta`` (the game applies ``w ← w + delta``) and its
 new state. The state is a plain dict (what checkpoints hold), typed by a
 ``TypedDict`` (``class MyAlgorithm(Algorithm[MyState])``); everything the algorithm
-remembers lives in it. The game commits both only if they are finite.
+remembers lives in it. The game holds the state (``game.algorithm_state``), not the
+algorithm, which holds only its settings; the game commits the step and the new
+state only if both are finite.
 
 What it holds (each name documented where it is defined):
 

@@ -110,10 +110,20 @@ class Averaging(Wrapper[AveragingState]):
     def _bound(self) -> tuple[GameView, Vec]:
         if self.game is None:
             raise RuntimeError("Averaging is not part of a game yet: pass it to gameopt.Game(...)")
-        avg = self.state["avg"]
+        avg = self._state(self.game)["avg"]
         if [t.shape for t in avg] != [t.shape for t in self.game.layout.data]:
             raise RuntimeError("the players changed since the last step: take a step to carry the average over")
         return self.game, avg
+
+    def _state(self, game: GameView) -> AveragingState:
+        """This one's state within the state the game holds: the game's own, or its
+        part under ``"base"`` when this one is the base of another wrapper."""
+        algorithm, state = game.algorithm, game.algorithm_state
+        while algorithm is not self:
+            if not isinstance(algorithm, Wrapper):
+                raise RuntimeError("this Averaging is no longer the game's algorithm: its state is gone")
+            algorithm, state = algorithm.base, state["base"]
+        return state
 
     def __repr__(self) -> str:
         return f"Averaging({self.base!r}, kind={self.kind!r}, decay={self.decay}, start={self.start})"

@@ -153,11 +153,16 @@ class Algorithm(Generic[S]):
     ``TypedDict`` such as :class:`~gameopt.algorithms.api.DescentState`; at run time
     the state is a plain dict, so checkpoints hold plain dicts).
 
-    An algorithm holds one param group per player (a dict with that player's
-    ``'lr'`` and the schedulable hyperparameters) and its state (``state``).
-    It is bound to a game by :class:`~gameopt.Game`. Each step it queries the
-    game's oracle and returns ``(delta, new_state)``; the game applies
-    ``w ← w + delta`` and commits ``new_state`` only if both are finite.
+    An algorithm holds its settings: one param group per player (a dict with that
+    player's ``'lr'`` and the schedulable hyperparameters), its update rule and the
+    rest of its constructor's arguments. It holds no run state: the game does
+    (``game.algorithm_state``), and every method that reads or writes a state takes
+    it as an argument (:meth:`init_state` makes one, :meth:`update` steps one,
+    :meth:`state_dict`, :meth:`check_state_dict` and :meth:`load_state_dict` write,
+    check and read one). It is bound to a game by :class:`~gameopt.Game`. Each step
+    it queries the game's oracle and returns ``(delta, new_state)``; the game applies
+    ``w ← w + delta`` and commits ``new_state`` as ``game.algorithm_state`` only if
+    both are finite.
 
     An algorithm is not a ``torch.optim.Optimizer``: the game's
     :class:`~gameopt.optim.GameOptimizer` (``game.optimizer``) is, and shares these
@@ -192,7 +197,6 @@ class Algorithm(Generic[S]):
         self.game: GameView | None = None
         self.param_groups: list[dict[str, Any]] = []  # one per player, once bound
         self.defaults: dict[str, Any] = {}  # torch.optim's defaults: the first player's values
-        self.state: State = {}
         # what check_groups last found good: every key and value of the param groups, and the rules
         self._checked: tuple[list[Any], list[UpdateRule]] | None = None
 
@@ -229,8 +233,8 @@ class Algorithm(Generic[S]):
     # --------------------------------------------------------------- binding
     def bind(self, game: GameView) -> None:
         """Attach to a game: one param group per player (its lr and the schedulable
-        hyperparameters), fresh state. Refuses (changing nothing) a :class:`Hyper`
-        without a value."""
+        hyperparameters). Refuses (changing nothing) a :class:`Hyper` without a
+        value. The game then makes the fresh state (:meth:`init_state`) and holds it."""
         self.check_settings()
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
@@ -252,7 +256,6 @@ class Algorithm(Generic[S]):
         common = {k: v for k, v in scheduled[0].items() if all(k in values for values in scheduled)}
         self.param_groups, self.defaults = groups, {"lr": lrs[0], **common}
         self.game = game
-        self.state = self.init_state(game)
 
     def refresh_params(self, game: GameView) -> None:
         """After the game re-laid its storage, point the param groups at it."""
@@ -353,22 +356,24 @@ class Algorithm(Generic[S]):
         settings = {k: _plain(getattr(self, k)) for k in self._settings if k not in hypers and k != "base"}
         return {"type": type(self).__name__, "settings": settings, "rule": self.rule.identity()}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, state: S) -> dict[str, Any]:
         """A snapshot: the type's name, what identifies the run (:meth:`identity`), the
-        param groups (without ``params``) and a copy of the state."""
+        param groups (without ``params``) and a copy of ``state`` (the state the game
+        holds)."""
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         # a snapshot: the live state's tensors are reused by later steps
         return {
             "type": type(self).__name__,
             "identity": self.identity(),
             "param_groups": groups,
-            "state": clone_state(self.state),
+            "state": clone_state(state),
         }
 
-    def check_state_dict(self, state_dict: Any, path: str = "algorithm") -> None:
+    def check_state_dict(self, state_dict: Any, state: S, path: str = "algorithm") -> None:
         """Raise ``ValueError`` (naming what is wrong) unless ``state_dict`` fits this
-        algorithm: its type, one settings dict per player, and state of the same
-        structure, shapes and dtypes. Changes nothing."""
+        algorithm: its type, one settings dict per player, and a state of the same
+        structure, shapes and dtypes as ``state`` (the state the game holds). Changes
+        nothing."""
         if not isinstance(state_dict, dict):
             raise ValueError(f"{path}: expected a dict, got {type(state_dict).__name__}")
         if state_dict.get("type") != type(self).__name__:
@@ -392,18 +397,20 @@ class Algorithm(Generic[S]):
                 for name in rule.schedulable:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
-        check_like(_counts_like(self.state, state_dict.get("state")), state_dict.get("state"), f"{path}.state")
+        check_like(_counts_like(state, state_dict.get("state")), state_dict.get("state"), f"{path}.state")
         _check_rule_states(self._rules()[0], state_dict["state"], f"{path}.state")
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`; a state that does not fit raises ``ValueError``
-        and changes nothing."""
-        self.check_state_dict(state_dict)
+    def load_state_dict(self, state_dict: dict[str, Any], state: S) -> S:
+        """Restore a :meth:`state_dict`: its param groups into this algorithm's, and its
+        state returned, shaped as ``state`` (the state the game holds, left unchanged)
+        for the game to hold in its place. A state dict that does not fit raises
+        ``ValueError`` and changes nothing."""
+        self.check_state_dict(state_dict, state)
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
         # each tensor to the device of the one it replaces, as torch.optim does
-        mine = _counts_like(self.state, state_dict["state"])
-        self.state = retyped(mine, moved_like(mine, state_dict["state"]))
+        mine = _counts_like(state, state_dict["state"])
+        return cast(S, retyped(mine, moved_like(mine, state_dict["state"])))
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
@@ -416,7 +423,7 @@ class Wrapper(Algorithm[S]):
     """An algorithm around a ``base`` algorithm that moves the iterates: it shares
     the base's param groups (so its learning rates and schedulers) and its
     first-order nature; subclasses add state around the base's (the base's own
-    under the key ``"base"``).
+    under the key ``"base"``, within the one state the game holds).
 
     It takes no learning rate of its own: ``__init__(base, **settings)``, the
     settings as :class:`Algorithm` takes them."""
@@ -435,10 +442,8 @@ class Wrapper(Algorithm[S]):
     def bind(self, game: GameView) -> None:
         self.check_settings()  # this one's own; the base's own bind checks the base's
         self.base.bind(game)
-        self.base.state = {}  # the base's state lives inside this one's, not twice
         self.param_groups, self.defaults = self.base.param_groups, self.base.defaults
         self.game = game
-        self.state = self.init_state(game)
 
     def refresh_params(self, game: GameView) -> None:
         self.base.refresh_params(game)

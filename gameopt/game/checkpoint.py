@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import _torch_compat as tc
+from ..algorithms.api import State
 from ..algorithms.base import Algorithm
 from ..checks import check_number
 from ..evaluation import DynamicLossScale
@@ -26,22 +27,32 @@ from ..state import check_like, clone_state
 
 
 def state_dict(
-    players: Sequence[Player], algorithm: Algorithm, skipped_steps: int, loss_scale: DynamicLossScale | None
+    players: Sequence[Player],
+    algorithm: Algorithm,
+    algorithm_state: State,
+    skipped_steps: int,
+    loss_scale: DynamicLossScale | None,
 ) -> dict[str, Any]:
-    """A checkpoint of a game (copies): its players, algorithm, skipped-step count and loss scale."""
+    """A checkpoint of a game (copies): its players, algorithm (with the state the game
+    holds for it), skipped-step count and loss scale."""
     return {
         "players": clone_state(_players_state(players)),
-        "algorithm": algorithm.state_dict(),
+        "algorithm": algorithm.state_dict(algorithm_state),
         "skipped_steps": skipped_steps,
         "loss_scale": None if loss_scale is None else loss_scale.state_dict(),
     }
 
 
 def check_state_dict(
-    state_dict: Any, players: Sequence[Player], algorithm: Algorithm, loss_scale: DynamicLossScale | None
+    state_dict: Any,
+    players: Sequence[Player],
+    algorithm: Algorithm,
+    algorithm_state: State,
+    loss_scale: DynamicLossScale | None,
 ) -> None:
     """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits the game of
-    these players, algorithm and loss scale. Changes nothing."""
+    these players, algorithm (and the state the game holds for it) and loss scale.
+    Changes nothing."""
     if not isinstance(state_dict, dict):
         raise ValueError(f"a game state_dict must be a dict, got {type(state_dict).__name__}")
     missing = {"players", "algorithm", "skipped_steps", "loss_scale"} - set(state_dict)
@@ -61,7 +72,7 @@ def check_state_dict(
         if saved.get("name") != p.name and not (legacy and saved.get("name") == _base_name(p)):
             raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
         check_like(mine, saved, f"players[{k}]")
-    algorithm.check_state_dict(state_dict["algorithm"])
+    algorithm.check_state_dict(state_dict["algorithm"], algorithm_state)
     check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
     mine_scale = None if loss_scale is None else loss_scale.state_dict()
     if (mine_scale is None) != (state_dict["loss_scale"] is None):
@@ -72,11 +83,17 @@ def check_state_dict(
 
 
 def load_state_dict(
-    state_dict: dict[str, Any], players: Sequence[Player], algorithm: Algorithm, loss_scale: DynamicLossScale | None
-) -> int:
+    state_dict: dict[str, Any],
+    players: Sequence[Player],
+    algorithm: Algorithm,
+    algorithm_state: State,
+    loss_scale: DynamicLossScale | None,
+) -> tuple[int, State]:
     """Write a checked ``state_dict`` (:func:`check_state_dict`) into the players, the
-    algorithm and the loss scale; returns the skipped-step count for the game to keep."""
-    algorithm.load_state_dict(state_dict["algorithm"])
+    algorithm's param groups and the loss scale; returns the skipped-step count and
+    the algorithm state (shaped as ``algorithm_state``, which stays unchanged) for the
+    game to keep."""
+    loaded = algorithm.load_state_dict(state_dict["algorithm"], algorithm_state)
     with torch.no_grad():
         for mine, saved in zip(_players_state(players), state_dict["players"]):
             tc.foreach_copy_(mine["params"], saved["params"])
@@ -84,7 +101,7 @@ def load_state_dict(
                 t.copy_(saved["buffers"][name])
     if loss_scale is not None:
         loss_scale.load_state_dict(state_dict["loss_scale"])
-    return int(state_dict["skipped_steps"])
+    return int(state_dict["skipped_steps"]), loaded
 
 
 def _players_state(players: Sequence[Player]) -> list[dict[str, Any]]:

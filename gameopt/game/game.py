@@ -82,6 +82,9 @@ class Game:
             The game binds it (``game.algorithm``) and wraps it in a
             ``torch.optim.Optimizer``, ``game.optimizer`` (a
             :class:`~gameopt.optim.GameOptimizer`), for schedulers and Lightning.
+            The algorithm holds settings; the game holds the run's state
+            (``game.algorithm_state``), commits each step's and carries it across
+            re-layouts and checkpoints.
         on_nonfinite: ``"raise"`` (default) refuses a step whose vector field or
             update is not finite with :class:`NonFiniteError`; ``"skip"`` skips it
             (counted in ``game.skipped_steps``). Either way nothing changes.
@@ -167,9 +170,9 @@ class Game:
     @property
     def algorithm(self) -> Algorithm:
         """The algorithm, bound to this game. Assigning another one checks that it fits
-        the players, binds it (fresh state) and builds a new ``optimizer`` (the
-        ``torch.optim.Optimizer`` for schedulers and Lightning); the previous
-        optimizer then refuses to step."""
+        the players, binds it, makes its fresh state (:attr:`algorithm_state`) and
+        builds a new ``optimizer`` (the ``torch.optim.Optimizer`` for schedulers and
+        Lightning); the previous optimizer then refuses to step."""
         return self._algorithm
 
     @algorithm.setter
@@ -178,7 +181,13 @@ class Game:
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
         algorithm.bind(self)
+        state = algorithm.init_state(self)
         self._algorithm = algorithm
+        #: the algorithm's state, the run's memory (a plain dict typed by the
+        #: algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
+        #: the new one after the step's checks, carries it across re-layouts and
+        #: checkpoints it. Read it; replacing it changes what the next step starts from.
+        self.algorithm_state: Any = state
         self.optimizer = GameOptimizer(self, algorithm)
 
     def _check_fits(self, algorithm: Algorithm) -> None:
@@ -321,9 +330,9 @@ class Game:
             return
         if not relayout.refresh(self.players, self.layout, self._watch):
             return
-        parts = relayout.take_apart(self.algorithm.state, self.layout)
+        parts = relayout.take_apart(self.algorithm_state, self.layout)
         self._build_layout()
-        self.algorithm.state = relayout.carry(parts, self.algorithm.init_state(self), self.layout)
+        self.algorithm_state = relayout.carry(parts, self.algorithm.init_state(self), self.layout)
         self.algorithm.refresh_params(self)
         log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
 
@@ -447,7 +456,7 @@ class Game:
         self._refresh()
         oracle = Oracle(self._step_context, closure)
         algorithm = self._algorithm
-        old = kept = algorithm.state
+        old = kept = self.algorithm_state
         buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]  # put back if the step fails
         try:
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
@@ -455,7 +464,7 @@ class Game:
             delta, new_state = algorithm.update(oracle, old)
             _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
             self.move(self.layout.data, delta, out=self.layout.data)
-            algorithm.state = kept = new_state
+            self.algorithm_state = kept = new_state
         except BaseException as err:
             _put_back(buffers)
             if not isinstance(err, NonFiniteError) or (self.loss_scale is None and self.on_nonfinite == "raise"):
@@ -500,21 +509,25 @@ class Game:
         module's persistent buffers (BatchNorm running statistics), the algorithm's
         state and learning rates. Loads with ``torch.load(weights_only=True)``."""
         self._refresh()
-        return checkpoint.state_dict(self.players, self.algorithm, self.skipped_steps, self.loss_scale)
+        return checkpoint.state_dict(
+            self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale
+        )
 
     @_one_at_a_time
     def check_state_dict(self, state_dict: Any) -> None:
         """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
         game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
         self._refresh()
-        checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.loss_scale)
+        checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
 
     @_one_at_a_time
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`. Everything is checked before anything is
         written: a state that does not fit raises ``ValueError`` and changes nothing."""
         self.check_state_dict(state_dict)
-        self.skipped_steps = checkpoint.load_state_dict(state_dict, self.players, self.algorithm, self.loss_scale)
+        self.skipped_steps, self.algorithm_state = checkpoint.load_state_dict(
+            state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale
+        )
 
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
