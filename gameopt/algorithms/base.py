@@ -234,7 +234,7 @@ class Algorithm(Generic[S]):
     def bind(self, game: GameView) -> None:
         """Attach to a game: one param group per player (its lr and the schedulable
         hyperparameters). Refuses (changing nothing) a :class:`Hyper` without a
-        value. The game then makes the fresh state (:meth:`init_state`) and holds it."""
+        value. The game then makes the fresh state (:meth:`~gameopt.Algorithm.init_state`) and holds it."""
         self.check_settings()
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr

@@ -170,7 +170,7 @@ class Game:
     @property
     def algorithm(self) -> Algorithm:
         """The algorithm, bound to this game. Assigning another one checks that it fits
-        the players, binds it, makes its fresh state (:attr:`algorithm_state`) and
+        the players, binds it, makes its fresh state (``game.algorithm_state``) and
         builds a new ``optimizer`` (the ``torch.optim.Optimizer`` for schedulers and
         Lightning); the previous optimizer then refuses to step."""
         return self._algorithm
