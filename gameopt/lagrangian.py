@@ -446,15 +446,7 @@ class LagrangianGame:
         mu = self.multiplier_module.observed("eq", h)
         if self.formulation == "lagrangian":
             primal = f + (lam * g.primal).sum() + (mu * h.primal).sum()
-        elif self.penalty_update is None:
-            c = self.penalty
-            primal = (
-                f
-                + ((lam + c * g.primal).clamp_min(0).square() - lam.square()).sum() / (2 * c)
-                + (mu * h.primal).sum()
-                + (c / 2) * h.primal.square().sum()
-            )
-        else:
+        else:  # one coefficient for all, or one per constraint (a penalty_update)
             primal = (
                 f
                 + (((lam + cg * g.primal).clamp_min(0).square() - lam.square()) / (2 * cg)).sum()

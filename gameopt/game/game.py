@@ -397,21 +397,21 @@ class Game:
 
         return jacobian_operator(self, *args, **kwargs)
 
-    @_autograd_on
-    @_one_at_a_time
     def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
-        self._refresh()
-        vec = self.layout.from_per_player(v)
-        return self.layout.per_player(self.linearize(*args, **kwargs).jvp(vec))
+        return self._product("jvp", v, *args, **kwargs)
+
+    def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+        """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
+        return self._product("vjp", v, *args, **kwargs)
 
     @_autograd_on
     @_one_at_a_time
-    def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
-        """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
+    def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+        """``linearize(*args, **kwargs).jvp`` or ``.vjp`` of ``v`` (one flat tensor per player)."""
         self._refresh()
         vec = self.layout.from_per_player(v)
-        return self.layout.per_player(self.linearize(*args, **kwargs).vjp(vec))
+        return self.layout.per_player(getattr(self.linearize(*args, **kwargs), which)(vec))
 
     # ------------------------------------------------------------------ step
     def step(self, *args: Any, **kwargs: Any) -> StepLosses:
