@@ -17,6 +17,7 @@ same dicts since torch 1.0, and every torch version above runs the suite.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import warnings
@@ -33,6 +34,7 @@ __all__ = [
     "compiled_original",
     "disabled_torch_function_impl",
     "engine_run_backward",
+    "engine_run_backward_on_caller",
     "flatten_dense",
     "make_dual",
     "mkldnn_disabled",
@@ -99,6 +101,34 @@ except ImportError:  # pragma: no cover - torch < 2.3
 if PUBLIC_ONLY:
     engine_run_backward = None
 
+# The engine itself, for a backward that only the calling thread runs. Around the
+# engine's ``run_backward``, torch's wrapper above does two things: it walks its
+# logger's hierarchy to attach logging hooks to the graph when that logger is at
+# DEBUG (2.4.1, 2.13.0, 2.14.1), and it stashes the caller's ``contextvars`` for
+# the engine's device threads (2.13.0, 2.14.1; read by AOT-autograd's compiled
+# backward). With the logger quiet (``isEnabledFor``: cached per logger) and every
+# node run by the calling thread, whose context is the caller's, neither does
+# anything, yet both cost, on a small game, a tenth of a whole step. The caller
+# knows the graph's tensors are on the CPU and CUDA is not initialized; a graph that
+# crosses to another accelerator between CPU parameters and a CPU loss runs there
+# without the stashed context, as every backward did under 2.4.1. Checked on
+# 2.4.1, 2.13.0, 2.14.1. Fallback: the wrapper (``engine_run_backward``).
+_autograd_graph_log = logging.getLogger("torch.autograd.graph")
+_engine = None if engine_run_backward is None else getattr(torch.autograd.Variable, "_execution_engine", None)
+
+
+def engine_run_backward_on_caller(
+    outputs: tuple[Tensor, ...], grad_outputs: tuple[Tensor, ...], retain_graph: bool, inputs: tuple[Tensor, ...]
+) -> tuple[Tensor | None, ...]:
+    """``torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph,
+    allow_unused=True)`` through the engine, for a graph whose every node the calling
+    thread runs (its tensors on the CPU, CUDA not initialized): the engine directly
+    while torch's autograd logger is quiet, else torch's wrapper."""
+    if _engine is None or _autograd_graph_log.isEnabledFor(logging.DEBUG):
+        run = engine_run_backward
+        return run(outputs, grad_outputs, retain_graph, False, inputs, True, accumulate_grad=False)  # type: ignore[misc]
+    return _engine.run_backward(outputs, grad_outputs, retain_graph, False, inputs, True, False)
+
 
 # ------------------------------------------------------------- torch.optim's step
 # torch.optim.Optimizer wraps every subclass's ``step`` (``profile_hook_step``): a
@@ -124,12 +154,13 @@ def optimizer_step_unobserved(optimizer: torch.optim.Optimizer) -> bool:
     profiler running. The undecorated step then does all that ``step`` would."""
     if _profiler_enabled is None or PUBLIC_ONLY:
         return False
+    own = vars(optimizer)
     return not (
         _global_optimizer_pre_hooks
         or _global_optimizer_post_hooks
-        or getattr(optimizer, "_optimizer_step_pre_hooks", True)
-        or getattr(optimizer, "_optimizer_step_post_hooks", True)
-        or "step" in vars(optimizer)
+        or own.get("_optimizer_step_pre_hooks", True)
+        or own.get("_optimizer_step_post_hooks", True)
+        or "step" in own
         or _profiler_enabled()
     )
 

@@ -46,7 +46,6 @@ class Segment:
 
 _shape = operator.attrgetter("shape")
 _grad = operator.attrgetter("grad")
-_parameters = operator.attrgetter("_parameters")
 
 
 def shapes(tensors: Sequence[Tensor]) -> list[torch.Size]:
@@ -81,22 +80,11 @@ def split_plan(spans: Sequence[tuple[int, int]], total: int) -> tuple[list[int],
     return sizes, index
 
 
-def links_intact(
-    params: Sequence[Tensor],
-    ptrs: Sequence[int],
-    shapes: Sequence[torch.Size],
-    subs: Sequence[nn.Module] = (),
-    names: Sequence[str] = (),
-    registered: Sequence[Tensor] = (),
-) -> bool:
-    """True when every ``subs[k]._parameters[names[k]]`` is still ``registered[k]`` and
-    every parameter still has its storage pointer and shape: the fused links hold.
-    Iterated in C, so it can run every step."""
-    return (
-        all(map(operator.is_, map(dict.get, map(_parameters, subs), names), registered))
-        and list(map(Tensor.data_ptr, params)) == list(ptrs)
-        and list(map(_shape, params)) == list(shapes)
-    )
+def links_intact(params: Sequence[Tensor], ptrs: list[int], shapes: list[torch.Size]) -> bool:
+    """True when every parameter still has the storage pointer and shape it had when
+    fused (``ptrs``, ``shapes``: lists): the fused links hold. Iterated in C, so it
+    can run every step."""
+    return list(map(Tensor.data_ptr, params)) == ptrs and list(map(_shape, params)) == shapes
 
 
 def _dense_strides(shape: torch.Size, stride: tuple[int, ...]) -> bool:

@@ -105,20 +105,21 @@ class Evaluations:
     at the step's starting point; the first plain one is the step's own.
     """
 
-    def __init__(self, modules: Sequence[nn.Module], devices: Sequence[torch.device]) -> None:
+    def __init__(self, modules: Sequence[nn.Module], cuda_devices: Sequence[torch.device] = ()) -> None:
         """``modules``: every module whose own buffers move (submodules included: the
-        list is not searched recursively)."""
-        self._modules = list(modules)
-        self._cuda = sorted({d for d in devices if d.type == "cuda"}, key=str)
+        sequence is neither searched recursively nor copied); ``cuda_devices``: the CUDA
+        devices whose generators the evaluations share (each once)."""
+        self._modules = modules
+        self._cuda = cuda_devices
         self._start = self._rng()
         self._plain_done = False
         self.metrics: dict[str, Any] = {}
 
     def _rng(self) -> tuple[Tensor, list[Tensor]]:
-        return torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in self._cuda]
+        return torch.default_generator.get_state(), [torch.cuda.get_rng_state(d) for d in self._cuda]
 
     def _set_rng(self, state: tuple[Tensor, list[Tensor]]) -> None:
-        torch.set_rng_state(state[0])
+        torch.default_generator.set_state(state[0])
         for d, s in zip(self._cuda, state[1]):
             torch.cuda.set_rng_state(s, d)
 
@@ -143,15 +144,15 @@ class Evaluations:
                     # through .data: a kept graph may have saved b and must not see a version bump
                     b.data.copy_(copy)
 
-    def run(self, plain: bool, evaluate: Callable[[], T]) -> tuple[T, bool]:
-        """``evaluate()`` as one evaluation (``with self(plain) as own``), and ``own``;
-        the step's own evaluation enters no context."""
+    def run(self, plain: bool, evaluate: Callable[..., T], *args: Any) -> tuple[T, bool]:
+        """``evaluate(*args)`` as one evaluation (``with self(plain) as own``), and
+        ``own``; the step's own evaluation enters no context."""
         if plain and not self._plain_done:
-            out = evaluate()
+            out = evaluate(*args)
             self._plain_done = True
             return out, True
         with self(plain) as own:
-            return evaluate(), own
+            return evaluate(*args), own
 
     def keep_metrics(self, metrics: dict[str, Any]) -> None:
         self.metrics = _detached(metrics)

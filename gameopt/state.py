@@ -18,7 +18,7 @@ def tensors_in(obj: Any) -> list[Tensor]:
     if isinstance(obj, Tensor):
         return [obj]
     if isinstance(obj, dict):
-        return [t for v in obj.values() for t in tensors_in(v)]
+        return [t for v in obj.values() for t in tensors_in(v)] if obj else []
     if isinstance(obj, (list, tuple)):
         return [t for v in obj for t in tensors_in(v)]
     return []

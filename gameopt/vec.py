@@ -156,8 +156,8 @@ def all_finite(vecs: Sequence[Tensor]) -> bool:
     sync, far cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
     CPU are read directly (two dispatches per tensor: a step's bookkeeping is
     counted in dispatches, each far dearer right after a backward than when warm)."""
-    if len(vecs) == 1 and vecs[0].dtype in _SUMMED and vecs[0].device.type == "cpu":  # one joint tensor
-        return math.isfinite(vecs[0].sum())
+    if len(vecs) == 1 and (t := vecs[0]).is_cpu and t.dtype in _SUMMED:  # one joint tensor
+        return math.isfinite(t.sum())
     sums = []
     for t in vecs:
         if t.numel():

@@ -26,6 +26,7 @@ PRIVATE_ATTRIBUTES = {
     "_init_flat_weights",
     "_non_persistent_buffers_set",
     "_engine_run_backward",
+    "_execution_engine",
     "_disabled_torch_function_impl",
     "_orig_mod",
     "_version",
@@ -102,6 +103,82 @@ def test_the_fallbacks_compute_what_the_private_functions_do():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def _engine_case():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    unused = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    return a, b, unused, lambda: (a.sin() * b).sum() + a.square().mean()
+
+
+def test_engine_on_caller_computes_what_autograd_grad_does():
+    a, b, unused, loss_of = _engine_case()
+    for retain in (True, False):
+        loss = loss_of()
+        want = torch.autograd.grad(loss_of(), (a, b, unused), allow_unused=True)
+        got = tc.engine_run_backward_on_caller((loss,), (torch.ones_like(loss),), retain, (a, b, unused))
+        assert got[2] is None and want[2] is None
+        assert all(torch.equal(x, y) for x, y in zip(got[:2], want[:2]))
+        assert a.grad is None and b.grad is None  # captured, never accumulated
+        if retain:  # the graph is still there
+            torch.autograd.grad(loss, a)
+        else:
+            try:
+                torch.autograd.grad(loss, a)
+            except RuntimeError as err:
+                assert "second time" in str(err)
+            else:
+                raise AssertionError("the graph was kept")
+
+
+def test_engine_on_caller_takes_torchs_wrapper_when_autograd_logs_debug(monkeypatch):
+    """At DEBUG, torch's wrapper attaches its logging hooks to the graph: the entry
+    point hands the call to it then (and only then)."""
+    import logging
+
+    calls = []
+    wrapper = tc.engine_run_backward
+    monkeypatch.setattr(tc, "engine_run_backward", lambda *a, **k: calls.append(1) or wrapper(*a, **k))
+    a, b, _, loss_of = _engine_case()
+    log = logging.getLogger("torch.autograd.graph")
+    for level, through_wrapper in ((logging.WARNING, False), (logging.DEBUG, True), (logging.NOTSET, False)):
+        monkeypatch.setattr(log, "level", level)
+        log.manager._clear_cache()
+        calls.clear()
+        loss = loss_of()
+        got = tc.engine_run_backward_on_caller((loss,), (torch.ones_like(loss),), False, (a, b))
+        assert torch.equal(got[0], torch.autograd.grad(loss_of(), a)[0])
+        assert bool(calls) == through_wrapper, level
+    log.manager._clear_cache()
+
+
+def test_a_game_step_runs_the_engine_on_the_caller_only_without_cuda(monkeypatch):
+    """The first-order vector field of CPU players takes the engine directly while
+    CUDA is not initialized, and torch's wrapper once it is (its device threads may
+    run a part of the graph then)."""
+    import gameopt
+
+    calls = {"caller": 0, "wrapper": 0}
+    caller, wrapper = tc.engine_run_backward_on_caller, tc.engine_run_backward
+    monkeypatch.setattr(
+        tc, "engine_run_backward_on_caller", lambda *a: calls.__setitem__("caller", calls["caller"] + 1) or caller(*a)
+    )
+    monkeypatch.setattr(
+        tc,
+        "engine_run_backward",
+        lambda *a, **k: calls.__setitem__("wrapper", calls["wrapper"] + 1) or wrapper(*a, **k),
+    )
+    torch.manual_seed(0)
+    x, y = nn.Linear(2, 1).double(), nn.Linear(2, 1).double()
+    data = torch.randn(4, 2, dtype=torch.float64)
+    game = gameopt.Game([x, y], lambda: (x(data).sum() * y(data).sum(), -(x(data).sum() * y(data).sum())))
+    game.step()
+    assert calls == {"caller": 2, "wrapper": 0}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    game.step()
+    assert calls == {"caller": 2, "wrapper": 2}
+
+
 def test_persistent_buffer_names_public_fallback_agrees(monkeypatch):
     m = nn.BatchNorm1d(3)
     m.register_buffer("scratch", torch.zeros(2), persistent=False)
@@ -138,7 +215,7 @@ def test_the_suite_passes_on_the_public_fallbacks():
     fallbacks (GAMEOPT_TORCH_PUBLIC=1): the closed-form iterates, the products and the
     players' fusing hold there too."""
     env = {**os.environ, "GAMEOPT_TORCH_PUBLIC": "1", "PYTHONPATH": str(ROOT)}
-    code = "import gameopt._torch_compat as tc; assert tc.PUBLIC_ONLY and tc.engine_run_backward is None"
+    code = "import gameopt._torch_compat as tc; assert tc.PUBLIC_ONLY and tc.engine_run_backward is tc._engine is None"
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
     files = [
         "tests/test_vec.py",

@@ -197,8 +197,8 @@ class Algorithm(Generic[S]):
         self.game: GameView | None = None
         self.param_groups: list[dict[str, Any]] = []  # one per player, once bound
         self.defaults: dict[str, Any] = {}  # torch.optim's defaults: the first player's values
-        # what check_groups last found good: every key and value of the param groups, and the rules
-        self._checked: tuple[list[Any], list[UpdateRule]] | None = None
+        # the rules, keys and values that check_groups last found valid (when all immutable)
+        self._checked: tuple[list[UpdateRule], list[list[str]], list[Any]] | None = None
 
     @classmethod
     def schedulable_hypers(cls) -> dict[str, Hyper]:
@@ -294,15 +294,14 @@ class Algorithm(Generic[S]):
         is negative where it must not be, not finite, a string or None raises
         ``ValueError`` naming the group and the key (``param_groups[1].lr``). The game calls this
         at the start of each step, before anything changes."""
-        groups = self.param_groups
-        read = [x for group in groups for item in group.items() for x in item]
-        rules = self._rules()
-        checked = getattr(self, "_checked", None)
-        if checked is not None and len(read) == len(checked[0]) and all(map(operator.is_, read, checked[0])):
-            if all(map(operator.is_, rules, checked[1])):
+        groups, rules, checked = self.param_groups, self._rules(), self._checked
+        if checked is not None and all(map(operator.is_, rules, checked[0])):
+            read = [group.get(key) for group, keys in zip(groups, checked[1]) for key in keys]
+            if all(map(operator.is_, read, checked[2])):
                 return  # the very values checked before (numbers: immutable)
         self._checked = None
         hypers = self.schedulable_hypers()
+        keys = []  # per group, the keys a step reads
         for k, group in enumerate(groups):
             check_number(f"param_groups[{k}].lr", group.get("lr"), low=0.0)
             for name, hyper in hypers.items():
@@ -310,8 +309,10 @@ class Algorithm(Generic[S]):
             for rule in (r.for_player(k) for r in rules):
                 for name in rule.schedulable:
                     rule.check(name, group.get(name), f"param_groups[{k}].{name}")
-        if all(_immutable(v) for group in groups for key, v in group.items() if key != "params"):
-            self._checked = (read, rules)
+            keys.append(["lr", *hypers, *(name for r in rules for name in r.for_player(k).schedulable)])
+        read = [group.get(key) for group, ks in zip(groups, keys) for key in ks]
+        if all(map(_immutable, read)):
+            self._checked = (rules, keys, read)
 
     # ------------------------------------------------------------ interface
     def init_state(self, game: GameView) -> S:
@@ -344,7 +345,7 @@ class Algorithm(Generic[S]):
             return step, new_rule_state
         if out is d and not scratch:
             return oracle.scaled(out, factors), new_rule_state  # keep ``d`` intact
-        return oracle.scale_(out, factors), new_rule_state
+        return oracle.layout.scale_(out, factors), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
     def identity(self) -> dict[str, Any]:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor, nn
+from torch.overrides import has_torch_function
 
+from .. import _torch_compat as tc
 from ..evaluation import LossError, split_losses
 from ..layout import JointLayout
 from ..vec import Vec
@@ -53,6 +55,17 @@ class Problem:
     def inputs(self) -> list[tuple[nn.Parameter, ...]]:
         """Per player, its parameters as the tuple autograd's engine takes."""
         return [tuple(ps) for ps in self.params]
+
+    @functools.cached_property
+    def engine_ok(self) -> list[bool]:
+        """Per player: autograd's engine entry point may take its parameters (it exists,
+        and no parameter has ``__torch_function__``)."""
+        return [tc.engine_run_backward is not None and not has_torch_function(tuple(ps)) for ps in self.params]
+
+    @functools.cached_property
+    def on_cpu(self) -> list[bool]:
+        """Per player: every parameter is on the CPU."""
+        return [all(p.is_cpu for p in ps) for ps in self.params]
 
     @functools.cached_property
     def registrations(self) -> list[tuple[nn.Module, str, nn.Parameter]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.overrides import has_torch_function_unary
 
 from .. import _torch_compat as tc
 from ..buffer import grads_linked, only_relink_hooks
@@ -41,7 +42,8 @@ def vector_field(
     A player whose tensors are large (:data:`IN_PLACE_MIN`) gets its gradient into
     its buffer through ``.grad`` (:func:`through_grad`); the others' gradients are
     captured (``autograd.grad``) and copied into the buffers, several players at
-    once (:data:`COPY_BATCH`)."""
+    once (:data:`COPY_BATCH`). The loop is the whole first-order step on a small
+    game, so the common capture (every gradient there, dense) is written out in it."""
     losses, metrics = evaluate_losses(problem, closure)
     if scale != 1.0:
         losses = [loss * scale for loss in losses]
@@ -50,17 +52,24 @@ def vector_field(
     src: list[Tensor] = []
     pending = 0
     for k, i in enumerate(which):
-        if _in_place(problem, i):
-            through_grad(problem, i, losses[i], retain_graph=k < last)
+        loss = losses[i]
+        if problem.sizes[i] >= IN_PLACE_MIN * len(problem.params[i]) and _in_place(problem, i):
+            through_grad(problem, i, loss, retain_graph=k < last)
             if scale != 1.0:
                 with torch.no_grad():
                     tc.foreach_div_(problem.grad_views[i], scale)
             continue
-        pending += _captured(problem, i, losses[i], k < last, dst, src)
+        grads = _gradient(problem, i, loss, k < last)
+        views = problem.grad_views[i]
+        if problem.sparse[i] or not all(map(operator.is_not, grads, repeat(None))):
+            views, grads = _reached(problem, i, grads)  # a view no gradient reaches is zeroed now
+        dst += views
+        src += grads
+        pending += problem.sizes[i]
         # copy many small players' gradients at once; large ones right away (memory)
         if pending >= COPY_BATCH:
             _copy_into(dst, src, scale)
-            dst, src, pending = [], [], 0
+            dst, src, pending, grads = [], [], 0, ()  # no gradient outlives its batch
     if dst:
         _copy_into(dst, src, scale)
     if scale == 1.0:
@@ -68,46 +77,38 @@ def vector_field(
     return [(loss.detach() / scale).reshape(()) for loss in losses], metrics
 
 
-def _captured(problem: Problem, i: int, loss: Tensor, retain_graph: bool, dst: list[Tensor], src: list[Tensor]) -> int:
-    """``autograd.grad`` of player i's loss: queue its gradients (``src``) for a copy into
-    its views (``dst``); a view no gradient reaches is zeroed now. Returns its size."""
+def _gradient(problem: Problem, i: int, loss: Tensor, retain_graph: bool) -> tuple[Tensor | None, ...]:
+    """``torch.autograd.grad(loss, inputs, allow_unused=True)`` of player i's one-element
+    loss: straight to autograd's engine with ``ones_like(loss)`` as the output's
+    gradient (what ``grad`` forms for it), without ``grad``'s Python-side handling of
+    its arguments. A loss that is not a real floating-point tensor, or tensors with
+    ``__torch_function__`` (``Problem.engine_ok``), take the public function (and its
+    errors). A loss that does not depend on the player's parameters is a ``LossError``."""
+    inputs = problem.inputs[i]
     try:
-        grads = _gradient(loss, problem.inputs[i], retain_graph)
+        if problem.engine_ok[i] and loss.is_floating_point() and not has_torch_function_unary(loss):
+            ones = (torch.ones_like(loss),)
+            if problem.on_cpu[i] and loss.is_cpu and not torch.cuda.is_initialized():
+                return tc.engine_run_backward_on_caller((loss,), ones, retain_graph, inputs)
+            return tc.engine_run_backward((loss,), ones, retain_graph, False, inputs, True, accumulate_grad=False)
+        return torch.autograd.grad(loss, inputs, retain_graph=retain_graph, allow_unused=True)
     except RuntimeError as err:
         if loss.grad_fn is None:
             raise no_path_error(problem.names[i]) from err
         raise
-    views = problem.grad_views[i]
-    if all(map(operator.is_not, grads, repeat(None))) and not problem.sparse[i]:
-        dst += views  # the common case
-        src += grads
-        return problem.sizes[i]
-    have = [(v, g) for v, g in zip(views, grads) if g is not None]
+
+
+def _reached(problem: Problem, i: int, grads: tuple[Tensor | None, ...]) -> tuple[list[Tensor], list[Tensor]]:
+    """Player i's views that a gradient reached, and those gradients (dense); the views
+    no gradient reaches are zeroed now. None reached is a ``LossError``."""
+    have = [(v, g) for v, g in zip(problem.grad_views[i], grads) if g is not None]
     if not have:
         raise no_path_error(problem.names[i])
     with torch.no_grad():  # the zeroing
-        for v, g in zip(views, grads):
+        for v, g in zip(problem.grad_views[i], grads):
             if g is None:
                 v.zero_()
-    dst += [v for v, _ in have]
-    src += [g.to_dense() if g.is_sparse else g for _, g in have]
-    return problem.sizes[i]  # ``grads`` goes with this frame: once copied, no gradient outlives its batch
-
-
-def _gradient(loss: Tensor, inputs: tuple[Tensor, ...], retain_graph: bool) -> tuple[Tensor | None, ...]:
-    """``torch.autograd.grad(loss, inputs, allow_unused=True)`` of a one-element loss:
-    straight to autograd's engine with ``ones_like(loss)`` as the output's gradient
-    (what ``grad`` forms for it), without ``grad``'s Python-side handling of its
-    arguments. A loss that is not a real floating-point tensor, or tensors with
-    ``__torch_function__``, take the public function (and its errors)."""
-    if (
-        tc.engine_run_backward is None
-        or not loss.is_floating_point()
-        or torch.overrides.has_torch_function((loss, *inputs))
-    ):
-        return torch.autograd.grad(loss, inputs, retain_graph=retain_graph, allow_unused=True)
-    ones = (torch.ones_like(loss, memory_format=torch.preserve_format),)
-    return tc.engine_run_backward((loss,), ones, retain_graph, False, inputs, True, accumulate_grad=False)
+    return [v for v, _ in have], [g.to_dense() if g.is_sparse else g for _, g in have]
 
 
 def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:

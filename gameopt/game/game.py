@@ -42,20 +42,6 @@ log = logging.getLogger(__name__)
 PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
 
 
-def _autograd_on(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``method`` with autograd on, also when called under ``torch.no_grad()`` or
-    ``torch.inference_mode()``: a game step needs gradients whatever the caller's mode."""
-
-    @functools.wraps(method)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
-            return method(*args, **kwargs)  # already so: no context to enter
-        with torch.inference_mode(False), torch.enable_grad():
-            return method(*args, **kwargs)
-
-    return wrapped
-
-
 def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``method`` holding the game's lock (:attr:`Game.lock`): a call from another
     thread waits until the running step (or checkpoint call) has finished; the same
@@ -65,6 +51,22 @@ def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(self: Game, *args: Any, **kwargs: Any) -> Any:
         with self.lock:
             return method(self, *args, **kwargs)
+
+    return wrapped
+
+
+def _evaluating(method: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`_one_at_a_time`, with autograd on, also when called under
+    ``torch.no_grad()`` or ``torch.inference_mode()``: an evaluation of the game
+    (a step, ξ, a linearization) needs gradients whatever the caller's mode."""
+
+    @functools.wraps(method)
+    def wrapped(self: Game, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+                return method(self, *args, **kwargs)  # already so: no context to enter
+            with torch.inference_mode(False), torch.enable_grad():
+                return method(self, *args, **kwargs)
 
     return wrapped
 
@@ -285,7 +287,7 @@ class Game:
         self.layout = JointLayout(self.players)
         self._grad_views = [player.grad_views() for player in self.players]
         self._submodules = [m for p in self.players for m in p.submodules]  # watched every step
-        self._cuda_devices = [key[0] for key in self.layout.keys if key[0].type == "cuda"]  # their generators
+        self._cuda_devices = sorted({key[0] for key in self.layout.keys if key[0].type == "cuda"}, key=str)
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
             names=[p.name for p in self.players],
@@ -302,7 +304,7 @@ class Game:
             forward_mode=self._forward_mode,
         )
         self._pool = VecPool(self.layout)
-        self._watch = relayout.Watch(self.players, self._problem.registrations)
+        self._watch = relayout.Watch(self.players)
         self._moves = Moves(self.layout, self.players)
         # what the oracle sees of this game (it never sees the Game)
         self._step_context = StepContext(
@@ -358,8 +360,7 @@ class Game:
         return self._moves.project_(vec, nonconvex_only)
 
     # ---------------------------------------------------------- derivatives
-    @_autograd_on
-    @_one_at_a_time
+    @_evaluating
     def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
         (a tuple of tensors for a player with several dtype/device groups).
@@ -381,8 +382,7 @@ class Game:
     def _loss_scale_now(self) -> float:
         return self.loss_scale.scale if self.loss_scale is not None else 1.0
 
-    @_autograd_on
-    @_one_at_a_time
+    @_evaluating
     def linearize(self, *args: Any, **kwargs: Any) -> Linearization:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
         self._refresh()
@@ -405,8 +405,7 @@ class Game:
         """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         return self._product("vjp", v, *args, **kwargs)
 
-    @_autograd_on
-    @_one_at_a_time
+    @_evaluating
     def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """``linearize(*args, **kwargs).jvp`` or ``.vjp`` of ``v`` (one flat tensor per player)."""
         self._refresh()
@@ -432,15 +431,13 @@ class Game:
         learning-rate schedulers' step count) whenever a hook, a scheduler or a
         profiler is there to see it, and directly otherwise.
         """
-        closure = functools.partial(self.losses, *args, **kwargs)
+        closure = functools.partial(self.losses, *args, **kwargs) if args or kwargs else self.losses
         optimizer = self.optimizer
-        # either way the optimizer calls self.step_closure(closure); its step() adds torch.optim's wrapper
         if tc.optimizer_step_unobserved(optimizer):
-            return optimizer.step_unobserved(closure)
+            return self.step_closure(closure)  # what optimizer.step(closure) runs, less its wrapper
         return optimizer.step(closure)
 
-    @_autograd_on
-    @_one_at_a_time
+    @_evaluating
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses:
         """The step itself, with the losses evaluated by ``closure()`` (no arguments);
         what ``game.optimizer.step(closure)`` runs. Prefer :meth:`step`.
@@ -463,7 +460,7 @@ class Game:
             algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
             _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
-            self.move(self.layout.data, delta, out=self.layout.data)
+            self._moves.move(self.layout.data, delta, out=self.layout.data)
             self.algorithm_state = kept = new_state
         except BaseException as err:
             _put_back(buffers)
@@ -566,7 +563,7 @@ def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_sta
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    if not all_finite(_unchecked(delta, new_tensors, old_state)):
+    if not all_finite(_unchecked(delta, new_tensors, old_state) if new_tensors else delta):
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
 
 

@@ -42,11 +42,11 @@ class Moves:
             for k, p in enumerate(e.buffer.params)
             if (c := players[e.player].constraints.get(id(p))) is not None
         ]
-        # per joint group: the constrained parameters fill it (a move forms all of it through sets)
+        # the joint groups that the constrained parameters do not fill (a move adds the step there)
         filled = [0] * len(layout.data)
         for e, k, _ in self.constrained:
             filled[e.group] += e.buffer.segments[k].numel
-        self._covered = [n == t.numel() for n, t in zip(filled, layout.data)]
+        self._uncovered = [g for g, (n, t) in enumerate(zip(filled, layout.data)) if n != t.numel()]
         self._made_views: list[tuple[Vec, list[Tensor]]] = []
         self._made_views = [(vec, self._views(vec)) for vec in (layout.data, layout.grad)]
         self.backup: Vec | None = None  # the current point, only while :meth:`at` is away from it
@@ -109,17 +109,16 @@ class Moves:
         a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
         Raises :class:`NonFiniteError`, with nothing written, if a set returns a
         point that is not finite."""
+        if not self.constrained and not any(map(_requires_grad, (*w, *delta))):
+            return _add(out, w, delta)  # tensors outside any graph: no grad mode to switch
         with torch.no_grad():
             if not self.constrained:
-                for o, x, d in zip(out, w, delta):  # one tensor per (device, dtype) group
-                    o.add_(d) if o is x else torch.add(x, d, out=o)
-                return out
+                return _add(out, w, delta)
             moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self.constrained, self._views(w), self._views(delta))]
             if not all_finite(moved):
                 raise NonFiniteError(self._not_finite_through_sets(moved))
-            for o, x, d, covered in zip(out, w, delta, self._covered):
-                if not covered:  # a group that the sets' points do not fill
-                    o.add_(d) if o is x else torch.add(x, d, out=o)
+            if self._uncovered:  # groups that the sets' points do not fill
+                _add(*([vec[k] for k in self._uncovered] for vec in (out, w, delta)))
             tc.foreach_copy_(self._views(out), moved)
         return out
 
@@ -159,3 +158,13 @@ class Moves:
                     moved.append(f"parameter {k} of player {self.players[e.player].name!r} onto {c!r}")
                     w.copy_(p)
         return moved
+
+
+_requires_grad = operator.attrgetter("requires_grad")
+
+
+def _add(out: Sequence[Tensor], w: Sequence[Tensor], delta: Sequence[Tensor]) -> Sequence[Tensor]:
+    """``out = w + delta``, tensor by tensor (one per (device, dtype) group); ``out`` may be ``w``."""
+    for o, x, d in zip(out, w, delta):
+        o.add_(d) if o is x else torch.add(x, d, out=o)
+    return out

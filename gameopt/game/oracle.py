@@ -67,6 +67,7 @@ class Oracle:
         self._all_losses: list[Sequence[Tensor]] = []
         self.empty = context.take  # a pool vector (contents undefined); see VecPool
         self.borrowed: list[Vec] = []  # what xi() returned (debug mode: copies, poisoned when stale)
+        self._everyone = range(context.layout.num_players)
 
     @property
     def params(self) -> Vec:
@@ -86,14 +87,15 @@ class Oracle:
 
         ξ is not checked here: :meth:`~gameopt.Game.step` checks the update and the new state,
         which every ξ flows into. A point is checked before anything runs there."""
-        which = range(self.num_players) if players is None else players
         context = self._context
-        evaluate = functools.partial(autodiff.vector_field, context.problem, list(which), self.closure, self.scale)
+        which = self._everyone if players is None else list(players)
         if at is None and along is None and not context.parallel:  # no point to form, no rank to wait for
             if debug.enabled():  # earlier results are stale now
                 debug.poison_(t for vec in self.borrowed for t in vec)
-            (losses, metrics), own = self.evaluations.run(True, evaluate)
+            evaluate, problem = autodiff.vector_field, context.problem
+            (losses, metrics), own = self.evaluations.run(True, evaluate, problem, which, self.closure, self.scale)
         else:
+            evaluate = functools.partial(autodiff.vector_field, context.problem, which, self.closure, self.scale)
             with (
                 context.moves.at(at, along, lambda: self.not_finite_message("a point to evaluate at")),
                 context.together(),
@@ -107,7 +109,7 @@ class Oracle:
         if debug.enabled():
             xi = self.empty().copy_(xi)
             if players is not None:  # the other players' parts are meaningless
-                others = [i for i in range(self.num_players) if i not in which]
+                others = [i for i in self._everyone if i not in which]
                 debug.poison_(t for i in others for t in self.layout.player_views(xi, i))
             self.borrowed.append(xi)
         else:
@@ -117,7 +119,7 @@ class Oracle:
     def _seen(self, losses: Sequence[Tensor], metrics: dict[str, Any] | None) -> None:
         if self.losses is None:
             self.losses = tuple(losses)
-        if metrics is not None:
+        if metrics:
             self.evaluations.keep_metrics(metrics)
         self._all_losses.append(losses)
 

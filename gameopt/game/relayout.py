@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..buffer import links_intact
 from ..layout import JointLayout
@@ -31,16 +31,15 @@ _requires_grad = operator.attrgetter("requires_grad")
 
 
 class Watch:
-    """What a game's layout was built on: each player's buffers, where each parameter
-    is registered, each parameter's storage pointer and shape, and every player's
-    registries (:meth:`Player.registry_watch`), all checked in one set of C-level passes."""
+    """What a game's layout was built on: each player's buffers, each parameter's
+    storage pointer and shape, and every player's registries
+    (:meth:`Player.registry_watch`: every registration of a parameter or submodule,
+    so also every place a fused parameter is registered), all checked in one set
+    of C-level passes."""
 
-    def __init__(self, players: Sequence[Player], places: Sequence[tuple[nn.Module, str, nn.Parameter]]) -> None:
+    def __init__(self, players: Sequence[Player]) -> None:
         self.players = list(players)
         self.buffers = [p.buffers for p in players]
-        self.subs = [sub for sub, _, _ in places]
-        self.names = [name for _, name, _ in places]
-        self.registered = [q for _, _, q in places]
         self.params = [q for p in players for b in p.buffers for q in b.params]
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]
@@ -54,7 +53,7 @@ class Watch:
         (what ``links_intact`` and every player's ``registry_intact`` check)."""
         return (
             all(map(operator.is_, map(_BUFFERS, self.players), self.buffers))
-            and links_intact(self.params, self.ptrs, self.shapes, self.subs, self.names, self.registered)
+            and links_intact(self.params, self.ptrs, self.shapes)
             and all(map(operator.is_, map(dict.get, self.reg_dicts, self.reg_names), self.reg_values))
             and list(map(len, self.dicts)) == self.sizes
             and list(map(_requires_grad, self.flagged)) == self.flags
