@@ -28,9 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from . import _torch_compat as tc
 from .checks import check_number
 
 T = TypeVar("T")
@@ -105,18 +104,21 @@ class Evaluations:
     at the step's starting point; the first plain one is the step's own.
     """
 
-    def __init__(self, modules: Sequence[nn.Module], cuda_devices: Sequence[torch.device] = ()) -> None:
-        """``modules``: every module whose own buffers move (submodules included: the
-        sequence is neither searched recursively nor copied); ``cuda_devices``: the CUDA
-        devices whose generators the evaluations share (each once)."""
-        self._modules = modules
+    def __init__(
+        self, registries: Sequence[dict[str, Tensor | None]], cuda_devices: Sequence[torch.device] = ()
+    ) -> None:
+        """``registries``: the buffer registry of every module whose own buffers move
+        (``_torch_compat.buffer_registry`` of each submodule; not copied); ``cuda_devices``:
+        the CUDA devices whose generators the evaluations share (each once)."""
+        self._registries = registries
         self._cuda = cuda_devices
         self._start = self._rng()
         self._plain_done = False
         self.metrics: dict[str, Any] = {}
 
     def _rng(self) -> tuple[Tensor, list[Tensor]]:
-        return torch.default_generator.get_state(), [torch.cuda.get_rng_state(d) for d in self._cuda]
+        cuda = [torch.cuda.get_rng_state(d) for d in self._cuda] if self._cuda else []
+        return torch.default_generator.get_state(), cuda
 
     def _set_rng(self, state: tuple[Tensor, list[Tensor]]) -> None:
         torch.default_generator.set_state(state[0])
@@ -133,7 +135,7 @@ class Evaluations:
             self._plain_done = True
             return
         now = self._rng()
-        saved = [(b, b.clone()) for b in own_buffers(self._modules)]
+        saved = saved_buffers(self._registries)
         self._set_rng(self._start)
         try:
             yield False
@@ -158,10 +160,11 @@ class Evaluations:
         self.metrics = _detached(metrics)
 
 
-def own_buffers(modules: Sequence[nn.Module]) -> list[Tensor]:
-    """The buffers registered on the modules themselves (not searched recursively:
-    pass every submodule; far cheaper than ``module.buffers()`` on deep models)."""
-    return [b for m in modules for b in tc.buffer_registry(m).values() if b is not None]
+def saved_buffers(registries: Sequence[dict[str, Tensor | None]]) -> list[tuple[Tensor, Tensor]]:
+    """Each buffer in the modules' own buffer registries (``_torch_compat.buffer_registry``
+    of every submodule: no recursive search, far cheaper than ``module.buffers()`` on
+    deep models), with a copy of it to put back."""
+    return [(b, b.clone()) for registry in registries for b in registry.values() if b is not None]
 
 
 class DynamicLossScale:

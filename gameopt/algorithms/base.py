@@ -338,7 +338,7 @@ class Algorithm(Generic[S]):
         (not the committed state), updated in place (see :mod:`gameopt.updates`)."""
         out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
         factors = [-float(g["lr"]) for g in self.param_groups]
-        state_tensors = tensors_in(new_rule_state)
+        state_tensors = tensors_in(new_rule_state) if new_rule_state else []
         # the rule keeps its result (momentum): leave it intact
         if state_tensors and not set(map(id, out)).isdisjoint(map(id, state_tensors)):
             step = oracle.layout.scale_(out, factors, out=d) if scratch else oracle.scaled(out, factors)

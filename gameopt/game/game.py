@@ -21,11 +21,11 @@ import torch
 from torch import Tensor, nn
 
 from .. import _torch_compat as tc
-from .. import autodiff, debug
+from .. import autodiff
 from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
 from ..distributed import DataParallel
-from ..evaluation import DynamicLossScale, Evaluations, StepLosses, own_buffers
+from ..evaluation import DynamicLossScale, Evaluations, StepLosses, saved_buffers
 from ..layout import JointLayout, VecPool
 from ..optim import GameOptimizer
 from ..player import Player
@@ -286,7 +286,8 @@ class Game:
         """The joint storage of the players as they are now, and everything built on it."""
         self.layout = JointLayout(self.players)
         self._grad_views = [player.grad_views() for player in self.players]
-        self._submodules = [m for p in self.players for m in p.submodules]  # watched every step
+        self._submodules = [m for p in self.players for m in p.submodules]
+        self._buffer_registries = [tc.buffer_registry(m) for m in self._submodules]  # read every step
         self._cuda_devices = sorted({key[0] for key in self.layout.keys if key[0].type == "cuda"}, key=str)
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
@@ -315,7 +316,7 @@ class Game:
             parallel=self._parallel is not None,
             mean_=self._mean_,
             together=self._together,
-            evaluations=self._evaluations,
+            evaluations=functools.partial(Evaluations, self._buffer_registries, self._cuda_devices),
             take=self._pool.take,
             scale=self._loss_scale_now,
         )
@@ -377,7 +378,7 @@ class Game:
 
     def _evaluations(self) -> Evaluations:
         """What the evaluations of one step (or one product) share."""
-        return Evaluations(self._submodules, self._cuda_devices)
+        return self._step_context.evaluations()
 
     def _loss_scale_now(self) -> float:
         return self.loss_scale.scale if self.loss_scale is not None else 1.0
@@ -450,11 +451,12 @@ class Game:
         state. On any error the parameters, the algorithm state and the module
         buffers stay as they were; a non-finite step raises :class:`NonFiniteError`,
         or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale)."""
-        self._refresh()
+        if not self._watch.intact():
+            self._refresh()
         oracle = Oracle(self._step_context, closure)
         algorithm = self._algorithm
         old = kept = self.algorithm_state
-        buffers = [(b, b.clone()) for b in own_buffers(self._submodules)]  # put back if the step fails
+        buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
         try:
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
             algorithm.sync_rule()  # scheduled betas, momentum, decay
@@ -558,7 +560,7 @@ def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_sta
     new_tensors = tensors_in(new_state)
     if new_tensors:
         _check_not_borrowed(new_tensors, oracle.borrowed, name)
-    if debug.enabled() and (untyped := relayout.untyped_vectors(new_state, layout)):
+    if oracle.debug and (untyped := relayout.untyped_vectors(new_state, layout)):
         raise TypeError(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"

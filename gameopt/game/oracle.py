@@ -67,6 +67,7 @@ class Oracle:
         self._all_losses: list[Sequence[Tensor]] = []
         self.empty = context.take  # a pool vector (contents undefined); see VecPool
         self.borrowed: list[Vec] = []  # what xi() returned (debug mode: copies, poisoned when stale)
+        self.debug = debug.enabled()  # debug mode, as the step began (:mod:`gameopt.debug`)
         self._everyone = range(context.layout.num_players)
 
     @property
@@ -90,7 +91,7 @@ class Oracle:
         context = self._context
         which = self._everyone if players is None else list(players)
         if at is None and along is None and not context.parallel:  # no point to form, no rank to wait for
-            if debug.enabled():  # earlier results are stale now
+            if self.debug:  # earlier results are stale now
                 debug.poison_(t for vec in self.borrowed for t in vec)
             evaluate, problem = autodiff.vector_field, context.problem
             (losses, metrics), own = self.evaluations.run(True, evaluate, problem, which, self.closure, self.scale)
@@ -101,12 +102,12 @@ class Oracle:
                 context.together(),
                 self.evaluations(plain=at is None and along is None) as own,
             ):
-                if debug.enabled():  # the point is formed (``along`` read): earlier results are stale now
+                if self.debug:  # the point is formed (``along`` read): earlier results are stale now
                     debug.poison_(t for vec in self.borrowed for t in vec)
                 losses, metrics = evaluate()
         self._seen(losses, metrics if own else None)
-        xi = context.mean_(self.layout.grad)
-        if debug.enabled():
+        xi = context.mean_(self.layout.grad) if context.parallel else self.layout.grad
+        if self.debug:
             xi = self.empty().copy_(xi)
             if players is not None:  # the other players' parts are meaningless
                 others = [i for i in self._everyone if i not in which]
