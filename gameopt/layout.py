@@ -117,17 +117,19 @@ class JointLayout:
             self.entry_view(out, e).copy_(self.entry_view(vec, e))
         return out
 
-    def _factors(self, g: int, factors: Sequence[float]) -> list[float] | float:
+    def _factors(self, g: int, factors: list[float]) -> list[float] | float:
         """Group ``g``'s factor per entry, or one float when they are all the same."""
-        if self._uniform_groups[g] or list(factors).count(factors[0]) == len(factors):
+        if self._uniform_groups[g] or factors.count(factors[0]) == len(factors):
             return float(factors[self._group_entries[g][0].player])
         return [float(factors[e.player]) for e in self._group_entries[g]]
 
     def scale_(self, vec: Vec, factors: Sequence[float], out: Vec | None = None) -> Vec:
         """Each player's part of ``vec`` times its factor: in place, or into ``out``."""
         out = vec if out is None else out
+        factors = list(factors)
+        same = factors.count(factors[0]) == len(factors)  # one factor for everyone (common)
         for g, (t, o) in enumerate(zip(vec, out)):
-            fs = self._factors(g, factors)
+            fs = float(factors[0]) if same else self._factors(g, factors)
             if isinstance(fs, float):
                 t.mul_(fs) if o is t else torch.mul(t, fs, out=o)
             else:
@@ -138,6 +140,7 @@ class JointLayout:
 
     def add_scaled_(self, out: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: ``out += factor · vec``, each player's part with its factor."""
+        factors = list(factors)
         for g, (o, t) in enumerate(zip(out, vec)):
             fs = self._factors(g, factors)
             if isinstance(fs, float):
