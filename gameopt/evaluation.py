@@ -105,14 +105,19 @@ class Evaluations:
     """
 
     def __init__(
-        self, registries: Sequence[dict[str, Tensor | None]], cuda_devices: Sequence[torch.device] = ()
+        self,
+        registries: Sequence[dict[str, Tensor | None]],
+        cuda_devices: Sequence[torch.device] = (),
+        once: bool = False,
     ) -> None:
         """``registries``: the buffer registry of every module whose own buffers move
         (``_torch_compat.buffer_registry`` of each submodule; not copied); ``cuda_devices``:
-        the CUDA devices whose generators the evaluations share (each once)."""
+        the CUDA devices whose generators the evaluations share (each once); ``once``:
+        only the step's own evaluation will run (``Algorithm.evaluates_once``), so the
+        generators' state is not kept, and any other evaluation is refused."""
         self._registries = registries
         self._cuda = cuda_devices
-        self._start = self._rng()
+        self._start = None if once else self._rng()
         self._plain_done = False
         self.metrics: dict[str, Any] = {}
 
@@ -134,6 +139,11 @@ class Evaluations:
             yield True
             self._plain_done = True
             return
+        if self._start is None:
+            raise RuntimeError(
+                "the algorithm declares evaluates_once, yet evaluated the losses again within a step "
+                "(or away from the current point); nothing changed"
+            )
         now = self._rng()
         saved = saved_buffers(self._registries)
         self._set_rng(self._start)

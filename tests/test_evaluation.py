@@ -130,6 +130,64 @@ def test_sga_forward_mode_product_sees_the_same_dropout_mask_as_xi() -> None:
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+def _exported_algorithms_that_evaluate_once() -> list[gameopt.Algorithm]:
+    """An instance of every exported algorithm that declares ``evaluates_once``, and
+    each of them inside each exported wrapper."""
+    classes = [getattr(gameopt, n) for n in gameopt.__all__]
+    algorithms = [c for c in classes if isinstance(c, type) and issubclass(c, gameopt.Algorithm)]
+    once = [c(0.01) for c in algorithms if not issubclass(c, gameopt.Wrapper) and c.evaluates_once]
+    assert {type(a).__name__ for a in once} == {"SimGD", "Optimistic"}
+    wrappers = [c for c in algorithms if issubclass(c, gameopt.Wrapper) and c is not gameopt.Wrapper]
+    return once + [w(type(a)(0.01)) for w in wrappers for a in once]
+
+
+@pytest.mark.parametrize("algorithm", _exported_algorithms_that_evaluate_once(), ids=repr)
+def test_an_algorithm_declared_to_evaluate_once_evaluates_once_and_keeps_the_rules(algorithm) -> None:
+    """``evaluates_once``: one evaluation per step (counted), and the rules of the
+    module docstring hold as under any algorithm (buffers, noise, metrics)."""
+    gen, disc, losses, draws, real = _dcgan()
+    calls = []
+    game = gameopt.Game([gen, disc], lambda: calls.append(1) or losses(), algorithm=algorithm)
+    for _ in range(3):
+        ref_gen, ref_disc = copy.deepcopy(gen), copy.deepcopy(disc)
+        rng = torch.get_rng_state()
+        ref_losses = _losses_for(ref_gen, ref_disc, real, [])()
+        after_one = torch.rand(3, dtype=torch.float64)
+        torch.set_rng_state(rng)
+        calls.clear()
+        out = game.step()
+        assert len(calls) == 1
+        assert torch.equal(torch.rand(3, dtype=torch.float64), after_one)
+        for a, b in zip(_buffers(gen, disc), _buffers(ref_gen, ref_disc)):
+            assert torch.equal(a, b)
+        assert torch.equal(out.metrics["D(G(z))"], ref_losses[2]["D(G(z))"].detach())
+
+
+@pytest.mark.parametrize("again", ["xi", "xi at another point", "linearize"])
+def test_a_second_evaluation_by_an_algorithm_declared_to_evaluate_once_is_refused_and_changes_nothing(again) -> None:
+    class Twice(gameopt.SimGD):
+        def update(self, oracle, state):
+            xi = oracle.xi()
+            if again == "xi":
+                oracle.xi()
+            elif again == "linearize":
+                oracle.linearize()
+            else:
+                oracle.xi(at=oracle.moved(oracle.scaled(xi, [-0.1, -0.1])))
+            return super().update(oracle, state)
+
+    gen, disc, losses, _, _ = _dcgan()
+    game = gameopt.Game([gen, disc], losses, algorithm=Twice(0.01))
+    before, buffers, rng = game.state_dict(), _buffers(gen, disc), torch.get_rng_state()
+    with pytest.raises(RuntimeError, match="evaluates_once"):
+        game.step()
+    assert_same_state(game.state_dict(), before)
+    assert all(torch.equal(a, b) for a, b in zip(_buffers(gen, disc), buffers))
+    game.algorithm = gameopt.SimGD(0.01)  # the same game steps on
+    torch.set_rng_state(rng)
+    game.step()
+
+
 class Boom(Exception):
     pass
 

@@ -20,7 +20,8 @@ What it holds (each name documented where it is defined):
   (:class:`gameopt.protocols.Linearization`);
 * ``Algorithm``, ``Wrapper``, ``Hyper``: the base classes and the declaration of a
   schedulable hyperparameter (:class:`gameopt.Algorithm`, :class:`gameopt.Wrapper`,
-  :class:`gameopt.Hyper`);
+  :class:`gameopt.Hyper`), with what an algorithm declares on its class
+  (``first_order``; ``evaluates_once``: one ``oracle.xi()`` per step);
 * ``UpdateRule`` and ``RuleState``: the per-player update rules an algorithm
   composes with (``self.descend`` applies one) and their state, with their declared
   capabilities (``memory_flags``; the optional ``extrapolate``/``resume``;

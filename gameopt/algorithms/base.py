@@ -177,6 +177,12 @@ class Algorithm(Generic[S]):
     #: projected or mirror version on feasible sets (see :mod:`gameopt.constraints`).
     first_order = True
 
+    #: Whether :meth:`update` evaluates the losses once per step, at the current point
+    #: (one ``oracle.xi()``): its steps then keep no copy of the random-number state
+    #: for later evaluations to share (:mod:`gameopt.evaluation`), and a second
+    #: evaluation in a step is refused (``RuntimeError``, nothing changed).
+    evaluates_once = False
+
     def __init__(
         self, lr: float | Sequence[float], update: UpdateRule | Sequence[UpdateRule] | None = None, **settings: Any
     ) -> None:
@@ -439,6 +445,10 @@ class Wrapper(Algorithm[S]):
     @property
     def first_order(self) -> bool:  # type: ignore[override]
         return self.base.first_order
+
+    @property
+    def evaluates_once(self) -> bool:  # type: ignore[override]
+        return self.base.evaluates_once
 
     def bind(self, game: GameView) -> None:
         self.check_settings()  # this one's own; the base's own bind checks the base's

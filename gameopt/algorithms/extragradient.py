@@ -93,6 +93,8 @@ class Optimistic(Algorithm[OptimisticState]):
           <https://arxiv.org/abs/1802.10551>`_
     """
 
+    evaluates_once = True
+
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
     ) -> None:

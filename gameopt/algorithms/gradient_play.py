@@ -35,6 +35,8 @@ class SimGD(Algorithm[DescentState]):
             scheduled value when a step reads it).
     """
 
+    evaluates_once = True
+
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
     ) -> None:

@@ -453,8 +453,8 @@ class Game:
         or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale)."""
         if not self._watch.intact():
             self._refresh()
-        oracle = Oracle(self._step_context, closure)
         algorithm = self._algorithm
+        oracle = Oracle(self._step_context, closure, algorithm.evaluates_once)
         old = kept = self.algorithm_state
         buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
         try:

@@ -33,7 +33,7 @@ class StepContext:
     parallel: bool  # data-parallel: every rank must refuse a step together
     mean_: Callable[[Vec], Vec]  # average a joint vector across ranks, in place
     together: Callable[[], AbstractContextManager[None]]  # an evaluation every rank finishes together
-    evaluations: Callable[[], Evaluations]  # what the evaluations of one step share
+    evaluations: Callable[[bool], Evaluations]  # what the evaluations of one step share (arg: once)
     take: Callable[[], Vec]  # a pool vector (contents undefined); see VecPool
     scale: Callable[[], float]  # the loss scale now (1.0 without loss scaling)
 
@@ -55,13 +55,14 @@ class Oracle:
     returned state holds them). :mod:`gameopt.debug` makes misuse fail loudly.
 
     The game builds one per step from a ``StepContext`` (all that the oracle sees
-    of the game) and ``closure`` (the losses at the current point, no arguments).
+    of the game), ``closure`` (the losses at the current point, no arguments) and
+    ``once`` (the algorithm's ``evaluates_once``: a second evaluation is refused).
     """
 
-    def __init__(self, context: StepContext, closure: Callable[[], Any]) -> None:
+    def __init__(self, context: StepContext, closure: Callable[[], Any], once: bool = False) -> None:
         self._context, self.closure = context, closure
         self.layout = context.layout
-        self.evaluations = context.evaluations()  # same random numbers; buffers move once
+        self.evaluations = context.evaluations(once)  # same random numbers; buffers move once
         self.scale = context.scale()
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
         self._all_losses: list[Sequence[Tensor]] = []
