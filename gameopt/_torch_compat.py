@@ -34,7 +34,7 @@ __all__ = [
     "compiled_original",
     "disabled_torch_function_impl",
     "engine_run_backward",
-    "engine_run_backward_on_caller",
+    "engine_on_caller",
     "flatten_dense",
     "make_dual",
     "mkldnn_disabled",
@@ -117,17 +117,14 @@ _autograd_graph_log = logging.getLogger("torch.autograd.graph")
 _engine = None if engine_run_backward is None else getattr(torch.autograd.Variable, "_execution_engine", None)
 
 
-def engine_run_backward_on_caller(
-    outputs: tuple[Tensor, ...], grad_outputs: tuple[Tensor, ...], retain_graph: bool, inputs: tuple[Tensor, ...]
-) -> tuple[Tensor | None, ...]:
-    """``torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph,
-    allow_unused=True)`` through the engine, for a graph whose every node the calling
-    thread runs (its tensors on the CPU, CUDA not initialized): the engine directly
-    while torch's autograd logger is quiet, else torch's wrapper."""
+def engine_on_caller() -> Callable[..., tuple[Tensor | None, ...]] | None:
+    """The engine's ``run_backward`` (the arguments of :data:`engine_run_backward`,
+    all positional) for graphs that only the calling thread runs (their tensors on
+    the CPU, CUDA not initialized), or ``None`` when torch's wrapper must run (its
+    autograd logger is at DEBUG, or no engine entry point). Ask once per evaluation."""
     if _engine is None or _autograd_graph_log.isEnabledFor(logging.DEBUG):
-        run = engine_run_backward
-        return run(outputs, grad_outputs, retain_graph, False, inputs, True, accumulate_grad=False)  # type: ignore[misc]
-    return _engine.run_backward(outputs, grad_outputs, retain_graph, False, inputs, True, False)
+        return None
+    return _engine.run_backward
 
 
 # ------------------------------------------------------------- torch.optim's step

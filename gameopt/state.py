@@ -14,14 +14,21 @@ from .vec import Vec
 
 
 def tensors_in(obj: Any) -> list[Tensor]:
-    """Every tensor in a state structure, in order."""
+    """Every tensor in a state structure, in order (an empty container or a tensor
+    met on the way costs no call: this runs on every step's state)."""
     if isinstance(obj, Tensor):
         return [obj]
     if isinstance(obj, dict):
-        return [t for v in obj.values() for t in tensors_in(v)] if obj else []
-    if isinstance(obj, (list, tuple)):
-        return [t for v in obj for t in tensors_in(v)]
-    return []
+        obj = obj.values()
+    elif not isinstance(obj, (list, tuple)):
+        return []
+    out: list[Tensor] = []
+    for v in obj:
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif isinstance(v, (dict, list, tuple)) and v:
+            out += tensors_in(v)
+    return out
 
 
 def clone_state(obj: Any) -> Any:

@@ -113,10 +113,12 @@ def _engine_case():
 
 def test_engine_on_caller_computes_what_autograd_grad_does():
     a, b, unused, loss_of = _engine_case()
+    run = tc.engine_on_caller()
+    assert run is not None  # torch's autograd logger is quiet here
     for retain in (True, False):
         loss = loss_of()
         want = torch.autograd.grad(loss_of(), (a, b, unused), allow_unused=True)
-        got = tc.engine_run_backward_on_caller((loss,), (torch.ones_like(loss),), retain, (a, b, unused))
+        got = run((loss,), (torch.ones_like(loss),), retain, False, (a, b, unused), True, False)
         assert got[2] is None and want[2] is None
         assert all(torch.equal(x, y) for x, y in zip(got[:2], want[:2]))
         assert a.grad is None and b.grad is None  # captured, never accumulated
@@ -131,52 +133,62 @@ def test_engine_on_caller_computes_what_autograd_grad_does():
                 raise AssertionError("the graph was kept")
 
 
-def test_engine_on_caller_takes_torchs_wrapper_when_autograd_logs_debug(monkeypatch):
-    """At DEBUG, torch's wrapper attaches its logging hooks to the graph: the entry
-    point hands the call to it then (and only then)."""
+def test_engine_on_caller_is_none_when_autograd_logs_debug(monkeypatch):
+    """At DEBUG, torch's wrapper attaches its logging hooks to the graph: then (and
+    only then) there is no direct entry, and the wrapper runs."""
     import logging
 
-    calls = []
-    wrapper = tc.engine_run_backward
-    monkeypatch.setattr(tc, "engine_run_backward", lambda *a, **k: calls.append(1) or wrapper(*a, **k))
-    a, b, _, loss_of = _engine_case()
     log = logging.getLogger("torch.autograd.graph")
-    for level, through_wrapper in ((logging.WARNING, False), (logging.DEBUG, True), (logging.NOTSET, False)):
-        monkeypatch.setattr(log, "level", level)
+    try:
+        for level, direct in ((logging.WARNING, True), (logging.DEBUG, False), (logging.NOTSET, True)):
+            monkeypatch.setattr(log, "level", level)
+            log.manager._clear_cache()
+            assert (tc.engine_on_caller() is not None) == direct, level
+    finally:
+        monkeypatch.undo()
         log.manager._clear_cache()
-        calls.clear()
-        loss = loss_of()
-        got = tc.engine_run_backward_on_caller((loss,), (torch.ones_like(loss),), False, (a, b))
-        assert torch.equal(got[0], torch.autograd.grad(loss_of(), a)[0])
-        assert bool(calls) == through_wrapper, level
-    log.manager._clear_cache()
 
 
-def test_a_game_step_runs_the_engine_on_the_caller_only_without_cuda(monkeypatch):
+def test_a_game_step_runs_the_engine_directly_only_on_the_cpu_without_cuda(monkeypatch):
     """The first-order vector field of CPU players takes the engine directly while
-    CUDA is not initialized, and torch's wrapper once it is (its device threads may
-    run a part of the graph then)."""
+    CUDA is not initialized and torch's autograd logger is quiet; torch's wrapper
+    otherwise (its device threads may run a part of the graph, or it logs)."""
+    import logging
+
     import gameopt
 
-    calls = {"caller": 0, "wrapper": 0}
-    caller, wrapper = tc.engine_run_backward_on_caller, tc.engine_run_backward
-    monkeypatch.setattr(
-        tc, "engine_run_backward_on_caller", lambda *a: calls.__setitem__("caller", calls["caller"] + 1) or caller(*a)
-    )
-    monkeypatch.setattr(
-        tc,
-        "engine_run_backward",
-        lambda *a, **k: calls.__setitem__("wrapper", calls["wrapper"] + 1) or wrapper(*a, **k),
-    )
+    calls = {"direct": 0, "wrapper": 0}
+    direct, wrapper = tc.engine_on_caller(), tc.engine_run_backward
+
+    def counted_direct(*a):
+        calls["direct"] += 1
+        return direct(*a)
+
+    def counted_wrapper(*a, **k):
+        calls["wrapper"] += 1
+        return wrapper(*a, **k)
+
+    monkeypatch.setattr(tc, "engine_on_caller", lambda: counted_direct if direct is not None else None)
+    monkeypatch.setattr(tc, "engine_run_backward", counted_wrapper)
     torch.manual_seed(0)
     x, y = nn.Linear(2, 1).double(), nn.Linear(2, 1).double()
     data = torch.randn(4, 2, dtype=torch.float64)
     game = gameopt.Game([x, y], lambda: (x(data).sum() * y(data).sum(), -(x(data).sum() * y(data).sum())))
     game.step()
-    assert calls == {"caller": 2, "wrapper": 0}
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    game.step()
-    assert calls == {"caller": 2, "wrapper": 2}
+    assert calls == {"direct": 2, "wrapper": 0}
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "is_initialized", lambda: True)
+        game.step()
+    assert calls == {"direct": 2, "wrapper": 2}
+    monkeypatch.undo()
+    log = logging.getLogger("torch.autograd.graph")
+    with monkeypatch.context() as m:  # the real entry point, with its own logger check
+        m.setattr(log, "level", logging.DEBUG)
+        log.manager._clear_cache()
+        m.setattr(tc, "engine_run_backward", counted_wrapper)
+        game.step()
+    log.manager._clear_cache()
+    assert calls == {"direct": 2, "wrapper": 4}
 
 
 def test_persistent_buffer_names_public_fallback_agrees(monkeypatch):

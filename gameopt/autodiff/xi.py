@@ -52,7 +52,8 @@ def vector_field(
     dst: list[Tensor] = []
     src: list[Tensor] = []
     pending = 0
-    no_cuda = not torch.cuda.is_initialized()  # a CPU player's backward runs on this thread alone
+    # the engine itself for a CPU player's backward, which this thread runs alone
+    direct = tc.engine_on_caller() if not torch.cuda.is_initialized() else None
     for k, i in enumerate(which):
         loss = losses[i]
         if problem.sizes[i] >= IN_PLACE_MIN * len(problem.params[i]) and _in_place(problem, i):
@@ -61,7 +62,7 @@ def vector_field(
                 with torch.no_grad():
                     tc.foreach_div_(problem.grad_views[i], scale)
             continue
-        grads = _gradient(problem, i, loss, k < last, no_cuda and problem.on_cpu[i])
+        grads = _gradient(problem, i, loss, k < last, direct if problem.on_cpu[i] else None)
         views = problem.grad_views[i]
         if problem.sparse[i] or not all(map(operator.is_not, grads, repeat(None))):
             views, grads = _reached(problem, i, grads)  # a view no gradient reaches is zeroed now
@@ -80,14 +81,14 @@ def vector_field(
 
 
 def _gradient(
-    problem: Problem, i: int, loss: Tensor, retain_graph: bool, on_cpu: bool = False
+    problem: Problem, i: int, loss: Tensor, retain_graph: bool, direct: Callable[..., Any] | None = None
 ) -> tuple[Tensor | None, ...]:
     """``torch.autograd.grad(loss, inputs, allow_unused=True)`` of player i's one-element
     loss: straight to autograd's engine with ``ones_like(loss)`` as the output's
     gradient (what ``grad`` forms for it), without ``grad``'s Python-side handling of
-    its arguments; with ``on_cpu`` (the parameters on the CPU, CUDA not initialized)
-    and a CPU loss, without torch's wrapper either (the calling thread runs the whole
-    backward: ``_torch_compat.engine_run_backward_on_caller``). A loss that is not a
+    its arguments; with ``direct`` (``_torch_compat.engine_on_caller()``: the player's
+    parameters on the CPU, CUDA not initialized) and a CPU loss, without torch's
+    wrapper either (the calling thread runs the whole backward). A loss that is not a
     real floating-point tensor, or tensors with ``__torch_function__``
     (``Problem.engine_ok``), take the public function (and its errors). A loss that
     does not depend on the player's parameters is a ``LossError``."""
@@ -95,8 +96,8 @@ def _gradient(
     try:
         if problem.engine_ok[i] and loss.is_floating_point() and not has_torch_function_unary(loss):
             ones = (torch.ones_like(loss),)
-            if on_cpu and loss.is_cpu:
-                return tc.engine_run_backward_on_caller((loss,), ones, retain_graph, inputs)
+            if direct is not None and loss.is_cpu:
+                return direct((loss,), ones, retain_graph, False, inputs, True, False)
             return tc.engine_run_backward((loss,), ones, retain_graph, False, inputs, True, accumulate_grad=False)
         return torch.autograd.grad(loss, inputs, retain_graph=retain_graph, allow_unused=True)
     except RuntimeError as err:
