@@ -147,20 +147,24 @@ def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:
     return Vec(a).dot(b)
 
 
-_SUMMED = (torch.float32, torch.float64)  # summed as they are, read directly on the CPU
+#: a real CPU tensor of at most this many elements is checked value by value in
+#: Python: cheaper than a reduction's setup, which after a backward costs as much
+#: as a small game's whole bookkeeping (``benchmarks/step_cost.py --small``)
+READ_MAX = 64
 
 
 def all_finite(vecs: Sequence[Tensor]) -> bool:
-    """True when every element is finite: one reduction per tensor (a sum, which
-    any NaN or infinity poisons; half precision is summed in float32) and one host
-    sync, far cheaper than ``isfinite(t).all()`` on the CPU. Real sums on the
-    CPU are read directly (two dispatches per tensor: a step's bookkeeping is
-    counted in dispatches, each far dearer right after a backward than when warm)."""
-    if len(vecs) == 1 and (t := vecs[0]).is_cpu and t.dtype in _SUMMED:  # one joint tensor
-        return math.isfinite(t.sum())
+    """True when every element is finite. A small real tensor on the CPU is read
+    value by value (:data:`READ_MAX`); any other takes one reduction (a sum, which
+    any NaN or infinity poisons; half precision is summed in float32), and the
+    sums one host sync, far cheaper than ``isfinite(t).all()``."""
     sums = []
     for t in vecs:
-        if t.numel():
+        if t.is_cpu and t.numel() <= READ_MAX and not t.is_complex():
+            flat = t if t.dim() == 1 else t.reshape(-1)  # no view when none is needed: each op counts
+            if not all(map(math.isfinite, flat.tolist())):
+                return False
+        elif t.numel():
             if t.is_complex():  # both parts
                 t = torch.view_as_real(t.resolve_conj())
             low = t.dtype in (torch.float16, torch.bfloat16)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from games import saved_and_loaded
 
-from gameopt.vec import Vec, all_finite, dot
+from gameopt.vec import READ_MAX, Vec, all_finite, dot
 
 
 def _vecs():
@@ -80,12 +80,27 @@ def test_a_saved_state_holding_joint_vectors_loads_with_weights_only() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64])
 @pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), float("-inf")])
-def test_all_finite_sees_every_non_finite_element(dtype, bad) -> None:
-    vecs = [torch.ones(5, dtype=dtype), torch.zeros(0, dtype=dtype), torch.arange(7).to(dtype)]
+@pytest.mark.parametrize("n", [7, READ_MAX, READ_MAX + 1, 1000], ids=["read", "read-max", "summed", "summed-large"])
+@pytest.mark.parametrize("shape", ["1-D", "2-D"])
+def test_all_finite_sees_every_non_finite_element(dtype, bad, n, shape) -> None:
+    """On both paths: values read one by one (small real CPU tensors) and sums."""
+    last = torch.arange(n).to(dtype) / n
+    if shape == "2-D" and n % 2 == 0:
+        last = last.reshape(2, n // 2)
+    vecs = [torch.ones(5, dtype=dtype), torch.zeros(0, dtype=dtype), last]
     if bad is not None:
-        vecs[2][3] = complex(1.0, bad) if dtype.is_complex else bad  # complex: in the imaginary part
+        last.view(-1)[n // 2] = complex(1.0, bad) if dtype.is_complex else bad  # complex: in the imaginary part
     assert all_finite(vecs) is (bad is None)
     assert all_finite(vecs[2:]) is (bad is None)  # one tensor
+    assert all_finite([vecs[2], vecs[0]]) is (bad is None)  # the bad one first
+
+
+def test_all_finite_reads_huge_finite_values_of_a_small_tensor_as_finite() -> None:
+    """Read one by one, values whose sum would overflow are still finite."""
+    big = torch.full((3,), 1e308, dtype=torch.float64)
+    assert all_finite([big]) is True
+    assert all_finite([torch.tensor(2.0)]) is True  # a 0-d tensor
+    assert all_finite([torch.tensor(float("nan"))]) is False
 
 
 def test_all_finite_of_nothing_or_empty_tensors() -> None:
