@@ -75,8 +75,8 @@ def vector_field(
             dst, src, pending, grads = [], [], 0, ()  # no gradient outlives its batch
     if dst:
         _copy_into(dst, src, scale)
-    if scale == 1.0:
-        return [loss.detach() if loss.dim() == 0 else loss.detach().reshape(()) for loss in losses], metrics
+    if scale == 1.0:  # ``.data``: nothing differentiates these again (no version counter to share); no dispatch
+        return [loss.data if loss.dim() == 0 else loss.detach().reshape(()) for loss in losses], metrics
     return [(loss.detach() / scale).reshape(()) for loss in losses], metrics
 
 
