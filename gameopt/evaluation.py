@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import torch
@@ -47,14 +48,17 @@ class StepLosses(tuple):
 
     Args:
         losses: one detached 0-d tensor per player.
-        metrics: the dict the losses callable returned after the losses (copied).
+        metrics: the dict the losses callable returned after the losses (copied);
+            without metrics, ``metrics`` is an empty read-only mapping, shared (no
+            dict per step: a small game's step is its bookkeeping).
     """
 
-    metrics: dict[str, Any]
+    metrics: Mapping[str, Any] = MappingProxyType({})
 
     def __new__(cls, losses: Sequence[Tensor], metrics: dict[str, Any] | None = None) -> StepLosses:
         out = super().__new__(cls, losses)
-        out.metrics = dict(metrics or {})
+        if metrics:
+            out.metrics = dict(metrics)
         return out
 
 

@@ -291,3 +291,18 @@ def test_loss_scale_arguments_are_checked() -> None:
     for kwargs in ({"init_scale": 0.0}, {"growth": 1.0}, {"backoff": 1.0}, {"growth_interval": 0}):
         with pytest.raises(ValueError, match=next(iter(kwargs))):
             gameopt.DynamicLossScale(**kwargs)
+
+
+def test_step_losses_metrics_are_a_copy_or_an_empty_read_only_mapping() -> None:
+    from gameopt.evaluation import StepLosses
+
+    a, b = torch.tensor(1.0), torch.tensor(2.0)
+    given = {"D(x)": 0.5}
+    out = StepLosses((a, b), given)
+    given["D(x)"] = 0.0
+    assert tuple(out) == (a, b) and out.metrics == {"D(x)": 0.5} and type(out.metrics) is dict
+    none = StepLosses((a, b))
+    assert none.metrics == {} and len(none.metrics) == 0
+    with pytest.raises(TypeError):
+        none.metrics["x"] = 1  # type: ignore[index]
+    assert StepLosses((a, b), {}).metrics == {}
