@@ -42,6 +42,10 @@ class LossError(ValueError):
     changes; a ``ValueError``."""
 
 
+#: what a step without metrics holds: one empty read-only mapping, shared
+_NO_METRICS: Mapping[str, Any] = MappingProxyType({})
+
+
 class StepLosses(tuple):
     """The players' losses at the start of a step (a tuple: ``g, d = game.step()``),
     with the metrics the losses returned beside them in ``metrics``.
@@ -53,18 +57,19 @@ class StepLosses(tuple):
             dict per step: a small game's step is its bookkeeping).
     """
 
-    metrics: Mapping[str, Any] = MappingProxyType({})
+    metrics: Mapping[str, Any] = _NO_METRICS
 
-    def __new__(cls, losses: Sequence[Tensor], metrics: dict[str, Any] | None = None) -> StepLosses:
+    def __new__(cls, losses: Sequence[Tensor], metrics: Mapping[str, Any] | None = None) -> StepLosses:
         out = super().__new__(cls, losses)
         if metrics:
             out.metrics = dict(metrics)
         return out
 
 
-def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], dict[str, Any]]:
-    """One scalar loss per player (named ``names``) and the optional metrics dict."""
-    metrics: dict[str, Any] = {}
+def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], Mapping[str, Any]]:
+    """One scalar loss per player (named ``names``) and the optional metrics dict (an
+    empty read-only mapping when there is none)."""
+    metrics: Mapping[str, Any] = _NO_METRICS
     if isinstance(out, Tensor):
         out = list(out.unbind()) if out.dim() == 1 else [out]
     out = list(out)
@@ -97,7 +102,7 @@ def check_zero_sum(losses: Sequence[Tensor], needs: str, nonfinite_ok: bool = Fa
     raise ValueError(f"{needs} needs a two-player zero-sum game given as losses (f, -f)")
 
 
-def _detached(metrics: dict[str, Any]) -> dict[str, Any]:
+def _detached(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.detach() if isinstance(v, Tensor) else v for k, v in metrics.items()}
 
 
@@ -107,6 +112,8 @@ class Evaluations:
     Wrap each evaluation in ``with evaluations(plain):`` where ``plain`` says it is
     at the step's starting point; the first plain one is the step's own.
     """
+
+    __slots__ = ("_registries", "_cuda", "_start", "_plain_done", "metrics")  # one per step: no dict
 
     def __init__(
         self,
@@ -123,7 +130,7 @@ class Evaluations:
         self._cuda = cuda_devices
         self._start = None if once else self._rng()
         self._plain_done = False
-        self.metrics: dict[str, Any] = {}
+        self.metrics: Mapping[str, Any] = _NO_METRICS  # the step's own evaluation's, once kept
 
     def _rng(self) -> tuple[Tensor, list[Tensor]]:
         cuda = [torch.cuda.get_rng_state(d) for d in self._cuda] if self._cuda else []
@@ -170,7 +177,7 @@ class Evaluations:
         with self(plain) as own:
             return evaluate(*args), own
 
-    def keep_metrics(self, metrics: dict[str, Any]) -> None:
+    def keep_metrics(self, metrics: Mapping[str, Any]) -> None:
         self.metrics = _detached(metrics)
 
 

@@ -4,7 +4,7 @@ evaluation of its losses."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +118,7 @@ class Problem:
         return [k for ks in self.group_entries for k in ks]
 
 
-def evaluate_losses(problem: Problem, closure: Callable[[], Any]) -> tuple[list[Tensor], dict[str, Any]]:
+def evaluate_losses(problem: Problem, closure: Callable[[], Any]) -> tuple[list[Tensor], Mapping[str, Any]]:
     """Evaluate the losses (``closure()``): one scalar per player (checked) and the metrics."""
     return split_losses(closure(), problem.names)
 

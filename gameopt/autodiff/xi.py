@@ -11,7 +11,7 @@ small ones has it captured with ``autograd.grad`` and copied with one
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -34,7 +34,7 @@ IN_PLACE_MIN = 1 << 12
 
 def vector_field(
     problem: Problem, which: Sequence[int], closure: Callable[[], Any], scale: float = 1.0
-) -> tuple[list[Tensor], dict[str, Any]]:
+) -> tuple[list[Tensor], Mapping[str, Any]]:
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
     detached losses and the metrics. Other players' gradient buffers are left untouched.
     With ``scale`` (loss scaling), the losses are differentiated times ``scale`` and

@@ -4,7 +4,7 @@ the narrow view of the game it is built on (:class:`StepContext`)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +58,20 @@ class Oracle:
     of the game), ``closure`` (the losses at the current point, no arguments) and
     ``once`` (the algorithm's ``evaluates_once``: a second evaluation is refused).
     """
+
+    __slots__ = (  # one is built per step: no dict
+        "_context",
+        "closure",
+        "layout",
+        "evaluations",
+        "scale",
+        "losses",
+        "_all_losses",
+        "empty",
+        "borrowed",
+        "debug",
+        "_everyone",
+    )
 
     def __init__(self, context: StepContext, closure: Callable[[], Any], once: bool = False) -> None:
         self._context, self.closure = context, closure
@@ -118,7 +132,7 @@ class Oracle:
             self.borrowed = [xi]
         return xi
 
-    def _seen(self, losses: Sequence[Tensor], metrics: dict[str, Any] | None) -> None:
+    def _seen(self, losses: Sequence[Tensor], metrics: Mapping[str, Any] | None) -> None:
         if self.losses is None:
             self.losses = tuple(losses)
         if metrics:
