@@ -34,10 +34,14 @@ players: the same losses callable, one ``torch.autograd.grad`` per player, then
 ``w -= lr * g`` in place (``w = P(w - lr * g)`` on the simplex). Ratio = gameopt
 step time / bare step time.
 
-    python3 -m benchmarks.step_cost [--quick] [--small] [--out DIR] [--profile NAME]
+    python3 -m benchmarks.step_cost [--quick] [--small] [--breakdown] [--out DIR] [--profile NAME]
 
 ``--small`` times only the small games (``step_cost_small.csv``); the full run
 includes them (group ``rps``).
+
+``--breakdown --small`` builds a SimGD step on rock-paper-scissors up layer by layer
+(engine, oracle, algorithm, the game's checks, all of ``Game.step``), each timed
+against the bare loop (``step_cost_small_breakdown.csv``).
 
 ``--breakdown`` times the pieces of a gameopt SimGD step (vector_field, _refresh,
 all_finite, descend, ...) each against the plain ξ instead.
@@ -569,6 +573,117 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     return specs
 
 
+def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
+    """What a gameopt SimGD step on rock-paper-scissors costs beyond the bare loop,
+    layer by layer: each row is a step built by hand with one more layer of
+    ``Game.step`` than the row before, timed interleaved with the bare loop (ratio =
+    step time / bare step time). Timed alone, a piece misleads here: after a backward
+    each costs several times what it costs warm. Uses gameopt internals; a row whose
+    internals changed is reported as unavailable.
+
+    1. the floor: the losses, autograd's engine per player, ξ copied into the flat
+       gradient, scaled, checked finite, added to the parameters;
+    2. + the oracle (``Oracle(...)``, ``oracle.xi()``: ``autodiff.vector_field``
+       with its checks of the losses and of each player's gradients);
+    3. + the algorithm (the param groups' check, ``SimGD.update``: ``descend``);
+    4. + the game's checks (``Watch.intact``, ``_check_update``, ``Moves.move``);
+    5. ``Game.step``, all of it (the lock, autograd mode, hooks' check, module
+       buffers saved, ``StepLosses``).
+    """
+
+    from gameopt import _torch_compat as tc
+    from gameopt.evaluation import StepLosses
+    from gameopt.game import Oracle
+    from gameopt.game import game as game_module
+    from gameopt.vec import all_finite
+    from gameopt_players.matrix_games import matrix_game_losses
+
+    x, y, payoff = rps_players()
+    losses = matrix_game_losses(x, y, payoff)
+    players = [gameopt.Player(x, name="x"), gameopt.Player(y, name="y")]
+    game = gameopt.Game(players, losses, algorithm=gameopt.SimGD(0.0))
+    context, alg, layout = game._step_context, game.algorithm, game.layout
+    views = [v for vs in context.problem.grad_views for v in vs]
+    flat_grad, flat = layout.grad[0], layout.data[0]
+
+    def floor() -> object:
+        run = tc.engine_on_caller() or tc.engine_run_backward
+        lx, ly = losses()
+        gx = run((lx,), (torch.ones_like(lx),), True, False, (x.p,), True, False)
+        gy = run((ly,), (torch.ones_like(ly),), False, False, (y.p,), True, False)
+        tc.foreach_copy_(views, [*gx, *gy])
+        flat_grad.mul_(-0.0)
+        if not all_finite([flat_grad]):
+            raise RuntimeError("not finite")
+        flat.add_(flat_grad)
+        return StepLosses((lx.data, ly.data))
+
+    def with_oracle() -> object:
+        oracle = Oracle(context, losses, True)
+        xi = oracle.xi()
+        xi[0].mul_(-0.0)
+        if not all_finite(xi):
+            raise RuntimeError("not finite")
+        flat.add_(xi[0])
+        return StepLosses(oracle.losses)
+
+    def with_algorithm() -> object:
+        oracle = Oracle(context, losses, True)
+        alg.check_groups()
+        alg.sync_rule()
+        delta, _ = alg.update(oracle, game.algorithm_state)
+        if not all_finite(delta):
+            raise RuntimeError("not finite")
+        flat.add_(delta[0])
+        return StepLosses(oracle.losses)
+
+    def with_checks() -> object:
+        if not game._watch.intact():
+            raise RuntimeError("stale")
+        oracle = Oracle(context, losses, True)
+        alg.check_groups()
+        alg.sync_rule()
+        old = game.algorithm_state
+        delta, new = alg.update(oracle, old)
+        game_module._check_update("SimGD", oracle, delta, new, old, layout)
+        game._moves.move(layout.data, delta, out=layout.data)
+        return StepLosses(oracle.losses)
+
+    rows = {
+        "1 floor: engine, copy, scale, check, add": floor,
+        "2 + oracle (vector_field and its checks)": with_oracle,
+        "3 + algorithm (param groups, descend)": with_algorithm,
+        "4 + game checks (watch, update, move)": with_checks,
+        "5 Game.step, all of it": game.step,
+    }
+    bare = rps_bare(False)
+    desc = "rock-paper-scissors (3x3, float64, 1 thread), learning rate 0 (the point stays)"
+    specs = []
+    for name, fn in rows.items():
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - internals may have changed
+            print(f"  {name}: unavailable ({type(err).__name__}: {err})")
+            continue
+        specs.append(
+            one_thread(
+                spec(
+                    "rps breakdown",
+                    name,
+                    "bare loop",
+                    bare,
+                    fn,
+                    note="",
+                    desc=desc,
+                    rounds=rounds,
+                    target=target,
+                    max_s=MAX_S,
+                )
+            )
+        )
+    return specs
+
+
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> list[Result]:
     parser = base_parser(__doc__.splitlines()[0])
@@ -589,6 +704,12 @@ def main(argv: list[str] | None = None) -> list[Result]:
     out = Path(args.out)
     suffix = "_quick" if args.quick else ""
     retries = args.retries if args.retries is not None else (0 if args.quick else 2)
+
+    if args.breakdown and args.small:
+        results = measure(small_breakdown(rounds, target), retries=retries, budget_s=args.retry_budget, log=log_result)
+        print_table(results, "a SimGD step built up layer by layer, as a multiple of the bare loop's step", "x bare")
+        save_csv(results, out / f"step_cost_small_breakdown{suffix}.csv")
+        return results
 
     if args.breakdown:
         specs = breakdown("mlp-2d", rounds, target) + breakdown("deep-narrow", rounds, target)
