@@ -548,28 +548,30 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
         "Oracle(...) construction": lambda: Oracle(game._step_context, closure),
     }
-    desc = pair.describe()
+    return available(f"{kind} breakdown", "plain xi", xi, pieces, pair.describe(), rounds, target)
+
+
+def available(
+    group: str,
+    baseline_name: str,
+    base: Callable[[], object],
+    rows: dict[str, Callable[[], object]],
+    desc: str,
+    rounds: int,
+    target: float,
+    wrap: Callable[[Callable[[], Result]], Callable[[], Result]] = lambda run: run,
+) -> list[Callable[[], Result]]:
+    """A comparison per row against ``base``, for the rows that run: a row built on
+    gameopt internals that changed is reported as unavailable and left out."""
     specs = []
-    for name, fn in pieces.items():
+    for name, fn in rows.items():
         try:
             fn()
         except Exception as err:  # noqa: BLE001 - internals may have changed
             print(f"  {name}: unavailable ({type(err).__name__}: {err})")
             continue
-        specs.append(
-            spec(
-                f"{kind} breakdown",
-                name,
-                "plain xi",
-                xi,
-                fn,
-                note="",
-                desc=desc,
-                rounds=rounds,
-                target=target,
-                max_s=MAX_S,
-            )
-        )
+        run = spec(group, name, baseline_name, base, fn, note="", desc=desc, rounds=rounds, target=target, max_s=MAX_S)
+        specs.append(wrap(run))
     return specs
 
 
@@ -656,32 +658,8 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
         "4 + game checks (watch, update, move)": with_checks,
         "5 Game.step, all of it": game.step,
     }
-    bare = rps_bare(False)
     desc = "rock-paper-scissors (3x3, float64, 1 thread), learning rate 0 (the point stays)"
-    specs = []
-    for name, fn in rows.items():
-        try:
-            fn()
-        except Exception as err:  # noqa: BLE001 - internals may have changed
-            print(f"  {name}: unavailable ({type(err).__name__}: {err})")
-            continue
-        specs.append(
-            one_thread(
-                spec(
-                    "rps breakdown",
-                    name,
-                    "bare loop",
-                    bare,
-                    fn,
-                    note="",
-                    desc=desc,
-                    rounds=rounds,
-                    target=target,
-                    max_s=MAX_S,
-                )
-            )
-        )
-    return specs
+    return available("rps breakdown", "bare loop", rps_bare(False), rows, desc, rounds, target, wrap=one_thread)
 
 
 # --------------------------------------------------------------------------- main
