@@ -162,19 +162,16 @@ class Evaluations:
             yield False
         finally:
             self._set_rng(now)
-            with torch.no_grad():
-                for b, copy in saved:
-                    # through .data: a kept graph may have saved b and must not see a version bump
-                    b.data.copy_(copy)
+            restore_buffers(saved)
 
-    def run(self, plain: bool, evaluate: Callable[..., T], *args: Any) -> tuple[T, bool]:
-        """``evaluate(*args)`` as one evaluation (``with self(plain) as own``), and
-        ``own``; the step's own evaluation enters no context."""
-        if plain and not self._plain_done:
+    def run_plain(self, evaluate: Callable[..., T], *args: Any) -> tuple[T, bool]:
+        """``evaluate(*args)`` as an evaluation at the step's starting point (``with
+        self(True) as own``), and ``own``; the step's own evaluation enters no context."""
+        if not self._plain_done:
             out = evaluate(*args)
             self._plain_done = True
             return out, True
-        with self(plain) as own:
+        with self(True) as own:
             return evaluate(*args), own
 
     def keep_metrics(self, metrics: Mapping[str, Any]) -> None:
@@ -186,6 +183,14 @@ def saved_buffers(registries: Sequence[dict[str, Tensor | None]]) -> list[tuple[
     of every submodule: no recursive search, far cheaper than ``module.buffers()`` on
     deep models), with a copy of it to put back."""
     return [(b, b.clone()) for registry in registries for b in registry.values() if b is not None]
+
+
+def restore_buffers(saved: Sequence[tuple[Tensor, Tensor]]) -> None:
+    """Put back what :func:`saved_buffers` saved, through ``.data``: a kept graph may
+    have saved a buffer and must not see a version bump."""
+    with torch.no_grad():
+        for b, copy in saved:
+            b.data.copy_(copy)
 
 
 class DynamicLossScale:

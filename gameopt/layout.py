@@ -117,36 +117,36 @@ class JointLayout:
             self.entry_view(out, e).copy_(self.entry_view(vec, e))
         return out
 
-    def _factors(self, g: int, factors: list[float]) -> list[float] | float:
-        """Group ``g``'s factor per entry, or one float when they are all the same."""
-        if self._uniform_groups[g] or factors.count(factors[0]) == len(factors):
-            return float(factors[self._group_entries[g][0].player])
-        return [float(factors[e.player]) for e in self._group_entries[g]]
+    def _factors(self, factors: Sequence[float]) -> list[list[float] | float]:
+        """Per joint group, each entry's factor, or one float when they are all the same
+        (every player's factor the same, the common case, or one player's group)."""
+        factors = list(factors)
+        if factors.count(factors[0]) == len(factors):
+            return [float(factors[0])] * len(self._group_entries)
+        return [
+            float(factors[es[0].player]) if uniform else [float(factors[e.player]) for e in es]
+            for es, uniform in zip(self._group_entries, self._uniform_groups)
+        ]
 
     def scale_(self, vec: Vec, factors: Sequence[float], out: Vec | None = None) -> Vec:
         """Each player's part of ``vec`` times its factor: in place, or into ``out``."""
         out = vec if out is None else out
-        factors = list(factors)
-        same = factors.count(factors[0]) == len(factors)  # one factor for everyone (common)
-        for g, (t, o) in enumerate(zip(vec, out)):
-            fs = float(factors[0]) if same else self._factors(g, factors)
+        for t, o, fs, entries in zip(vec, out, self._factors(factors), self._group_entries):
             if isinstance(fs, float):
                 t.mul_(fs) if o is t else torch.mul(t, fs, out=o)
             else:
                 if o is not t:
                     o.copy_(t)
-                tc.foreach_mul_([o[e.start : e.stop] for e in self._group_entries[g]], fs)
+                tc.foreach_mul_([o[e.start : e.stop] for e in entries], fs)
         return out
 
     def add_scaled_(self, out: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: ``out += factor · vec``, each player's part with its factor."""
-        factors = list(factors)
-        for g, (o, t) in enumerate(zip(out, vec)):
-            fs = self._factors(g, factors)
+        for o, t, fs, entries in zip(out, vec, self._factors(factors), self._group_entries):
             if isinstance(fs, float):
                 o.add_(t, alpha=fs)
             else:
-                for e, f in zip(self._group_entries[g], fs):
+                for e, f in zip(entries, fs):
                     o[e.start : e.stop].add_(t[e.start : e.stop], alpha=f)
         return out
 

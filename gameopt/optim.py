@@ -66,12 +66,6 @@ class GameOptimizer(torch.optim.Optimizer):
             RuntimeError: the game's algorithm was replaced since this optimizer was made.
             gameopt.NonFiniteError: a non-finite step (nothing changed), unless the game skips it.
         """
-        return self.step_unobserved(closure)
-
-    def step_unobserved(self, closure: Callable[[], Any] | None = None) -> StepLosses:
-        """:meth:`step` without ``torch.optim``'s wrapper (step hooks, an LR scheduler's
-        count, the profiler's range): what the game calls when none of them is in play
-        (``gameopt._torch_compat.optimizer_step_unobserved``)."""
         game = self._current_game()
         return game.step_closure(game.losses if closure is None else closure)
 

@@ -18,6 +18,21 @@ _MISSING = object()
 _requires_grad = operator.attrgetter("requires_grad")
 
 
+def registries_intact(
+    watched: tuple[list[dict], list[str], list[Any], list[dict], list[int], list[Tensor], list[bool]],
+) -> bool:
+    """The three C-level passes of :meth:`Player.registry_intact` over what
+    :meth:`Player.registry_watch` returns (or several players' lists joined): every
+    registration still holds its value, every registry its size, every watched
+    parameter its ``requires_grad`` flag."""
+    reg_dicts, reg_names, reg_values, dicts, sizes, flagged, flags = watched
+    return (
+        all(map(operator.is_, map(dict.get, reg_dicts, reg_names), reg_values))
+        and list(map(len, dicts)) == sizes
+        and list(map(_requires_grad, flagged)) == flags
+    )
+
+
 def _carry_flat_parameters(old: Sequence[FlatBuffer], new: Sequence[FlatBuffer]) -> None:
     """After re-fusing, hand each old buffer's flat parameter tensor to the new buffer
     that holds its parameters (one group to one group: always), so that an optimizer
@@ -224,11 +239,7 @@ class Player:
         """True when no parameter or submodule was added, removed or replaced and no
         ``requires_grad`` flag changed since fusing. Iterated in C (three passes), so a
         game can run it every step."""
-        return (
-            all(map(operator.is_, map(dict.get, self._reg_dicts, self._reg_names), self._reg_values))
-            and list(map(len, self._dicts)) == self._sizes
-            and list(map(_requires_grad, self._flagged)) == self._flags
-        )
+        return registries_intact(self.registry_watch())
 
     def registry_watch(
         self,

@@ -124,6 +124,3 @@ class Averaging(Wrapper[AveragingState]):
                 raise RuntimeError("this Averaging is no longer the game's algorithm: its state is gone")
             algorithm, state = algorithm.base, state["base"]
         return state
-
-    def __repr__(self) -> str:
-        return f"Averaging({self.base!r}, kind={self.kind!r}, decay={self.decay}, start={self.start})"

@@ -57,6 +57,3 @@ class Lookahead(Wrapper[LookaheadState]):
             oracle.project_nonconvex_(slow)
             delta = oracle.delta_to(slow)
         return delta, {"base": base_state, "slow": slow, "count": count}
-
-    def __repr__(self) -> str:
-        return f"Lookahead({self.base!r}, k={self.k}, alpha={self.alpha})"

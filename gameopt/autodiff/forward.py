@@ -11,9 +11,10 @@ import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
 from .. import _torch_compat as tc
+from ..evaluation import split_losses
 from ..vec import Vec
 from .joint import joint_vector
-from .problem import Problem, evaluate_losses, no_path_error
+from .problem import Problem, no_path_error
 from .substitution import jacobian_mode, substituted
 
 _NO_FORWARD_AD = re.compile(r"Trying to use forward AD with .* that does not support it")
@@ -41,7 +42,7 @@ def dual_tangents(problem: Problem, closure: Callable[[], Any], v: Vec, scale: f
         leaves.append(source)
     tangents: dict[int, Tensor | None] = {}
     with jacobian_mode(problem), substituted(problem, values):
-        losses, _ = evaluate_losses(problem, closure)
+        losses, _ = split_losses(closure(), problem.names)
         for i, name in enumerate(problem.names):
             if losses[i].grad_fn is None:
                 raise no_path_error(name)

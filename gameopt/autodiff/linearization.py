@@ -11,12 +11,12 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
-from ..evaluation import Evaluations
+from ..evaluation import Evaluations, split_losses
 from ..vec import Vec
 from .engine import KeptGraph, dummy, engine_vjp
 from .forward import dual_tangents, lacks_forward_ad
 from .joint import Part, entry_flat, entry_views, joint_vector, param_views
-from .problem import Problem, evaluate_losses, no_path_error
+from .problem import Problem, no_path_error
 from .substitution import graph_inputs, jacobian_mode
 from .zero_sum import ZeroSumLinearization
 
@@ -61,7 +61,7 @@ class GeneralLinearization:
         # per entry, per parameter: the tensors differentiated against
         self.inputs, running = graph_inputs(problem, problem.entry_params)
         with jacobian_mode(problem), running:
-            self.losses, self.metrics = evaluate_losses(problem, closure)
+            self.losses, self.metrics = split_losses(closure(), problem.names)
             # per entry, per parameter: differentiable ξ
             self.pieces: list[Part] = [[None] * len(ins) for ins in self.inputs]
             # with ``cross``, per player i: ∇_{w_k} f_i for the other players' entries k, with its graph

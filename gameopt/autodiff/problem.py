@@ -1,18 +1,16 @@
-"""What autodiff sees of a game (:class:`Problem`; never the ``Game``), and the
-evaluation of its losses."""
+"""What autodiff sees of a game (:class:`Problem`; never the ``Game``)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor, nn
 from torch.overrides import has_torch_function
 
 from .. import _torch_compat as tc
-from ..evaluation import LossError, split_losses
+from ..evaluation import LossError
 from ..layout import JointLayout
 from ..vec import Vec
 
@@ -60,7 +58,7 @@ class Problem:
     def engine_ok(self) -> list[bool]:
         """Per player: autograd's engine entry point may take its parameters (it exists,
         and no parameter has ``__torch_function__``)."""
-        return [tc.engine_run_backward is not None and not has_torch_function(tuple(ps)) for ps in self.params]
+        return [tc.engine_run_backward is not None and not has_torch_function(ps) for ps in self.inputs]
 
     @functools.cached_property
     def on_cpu(self) -> list[bool]:
@@ -116,11 +114,6 @@ class Problem:
     def storage_order(self) -> list[int]:
         """The indices of the layout entries, group by group, each in storage order."""
         return [k for ks in self.group_entries for k in ks]
-
-
-def evaluate_losses(problem: Problem, closure: Callable[[], Any]) -> tuple[list[Tensor], Mapping[str, Any]]:
-    """Evaluate the losses (``closure()``): one scalar per player (checked) and the metrics."""
-    return split_losses(closure(), problem.names)
 
 
 def no_path_error(player_name: str) -> LossError:

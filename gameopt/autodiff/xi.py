@@ -43,7 +43,7 @@ def vector_field(
     captured (``autograd.grad``) and copied into the buffers, several players at
     once (:data:`COPY_BATCH`). The loop is the whole first-order step on a small
     game, so the common capture (every gradient there, dense) is written out in it."""
-    losses, metrics = split_losses(closure(), problem.names)  # (evaluate_losses, one call less)
+    losses, metrics = split_losses(closure(), problem.names)
     if scale != 1.0:
         losses = [loss * scale for loss in losses]
     last = len(which) - 1
@@ -54,7 +54,7 @@ def vector_field(
     direct = tc.engine_on_caller() if not torch.cuda.is_initialized() else None
     for k, i in enumerate(which):
         loss = losses[i]
-        if problem.sizes[i] >= IN_PLACE_MIN * len(problem.params[i]) and _in_place(problem, i):
+        if problem.params[i] and problem.sizes[i] >= IN_PLACE_MIN * len(problem.params[i]) and _in_place(problem, i):
             through_grad(problem, i, loss, retain_graph=k < last)
             if scale != 1.0:
                 with torch.no_grad():
@@ -132,13 +132,11 @@ def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
 
 
 def _in_place(problem: Problem, i: int) -> bool:
-    """Whether player i's gradient goes into its buffer through ``.grad``: large
-    tensors, every ``.grad`` its buffer's view or ``None``, and no post-accumulate-grad
+    """Whether player i, whose tensors are large (the caller checks), gets its gradient
+    into its buffer through ``.grad``: every ``.grad`` its buffer's view or ``None``, and no post-accumulate-grad
     hook but gameopt's own relinking one (``autograd.grad``, the other path, fires
     none: users' hooks behave the same on both)."""
     params = problem.params[i]
-    if not params or problem.sizes[i] < IN_PLACE_MIN * len(params):
-        return False
     if not grads_linked(params, problem.grad_views[i], none_ok=True):
         return False  # a gradient of the user's own (one with a graph, say): left as it is
     return all(map(only_relink_hooks, params))  # few tensors here (large ones)

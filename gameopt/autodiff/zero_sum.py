@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..evaluation import Evaluations, check_zero_sum
+from ..evaluation import Evaluations, check_zero_sum, split_losses
 from ..vec import Vec
 from .engine import KeptGraph, engine_vjp
 from .joint import Part, entry_views, joint_vector
-from .problem import Problem, evaluate_losses, no_path_error
+from .problem import Problem, no_path_error
 from .substitution import graph_inputs, jacobian_mode
 
 
@@ -60,7 +60,7 @@ class ZeroSumLinearization:
         self.inputs, running = graph_inputs(problem, [problem.entry_params[k] for k in self._order])
         self._flat_inputs = [t for ins in self.inputs for t in ins]
         with jacobian_mode(problem), running:
-            self.losses, self.metrics = evaluate_losses(problem, closure)
+            self.losses, self.metrics = split_losses(closure(), problem.names)
             f = self.losses[0]
             if f.grad_fn is None:
                 raise no_path_error(problem.names[0])

@@ -25,7 +25,7 @@ from .. import autodiff
 from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
 from ..distributed import DataParallel
-from ..evaluation import DynamicLossScale, Evaluations, StepLosses, saved_buffers
+from ..evaluation import DynamicLossScale, Evaluations, StepLosses, restore_buffers, saved_buffers
 from ..layout import JointLayout, VecPool
 from ..optim import GameOptimizer
 from ..player import Player
@@ -234,9 +234,9 @@ class Game:
         """The players' module buffers (each once; with ``persistent``, only those in
         the modules' ``state_dict``), which a data-parallel game keeps equal on every rank."""
         seen: dict[int, Tensor] = {}
-        for m in self._submodules:
+        for m, registry in zip(self._submodules, self._buffer_registries):
             keep = tc.persistent_buffer_names(m) if persistent else None
-            for name, b in tc.buffer_registry(m).items():
+            for name, b in registry.items():
                 if b is not None and (keep is None or name in keep):
                     seen.setdefault(id(b), b)
         return list(seen.values())
@@ -285,15 +285,14 @@ class Game:
     def _build_layout(self) -> None:
         """The joint storage of the players as they are now, and everything built on it."""
         self.layout = JointLayout(self.players)
-        self._grad_views = [player.grad_views() for player in self.players]
         self._submodules = [m for p in self.players for m in p.submodules]
         self._buffer_registries = [tc.buffer_registry(m) for m in self._submodules]  # read every step
-        self._cuda_devices = sorted({key[0] for key in self.layout.keys if key[0].type == "cuda"}, key=str)
+        cuda_devices = sorted({key[0] for key in self.layout.keys if key[0].type == "cuda"}, key=str)
         # what autodiff sees of this game (it never sees the Game)
         self._problem = autodiff.Problem(
             names=[p.name for p in self.players],
             params=[p.parameters for p in self.players],
-            grad_views=self._grad_views,
+            grad_views=[player.grad_views() for player in self.players],
             places=[p.places for p in self.players],
             sparse=[p.has_sparse_grad for p in self.players],
             sizes=[p.numel for p in self.players],
@@ -316,7 +315,7 @@ class Game:
             parallel=self._parallel is not None,
             mean_=self._mean_,
             together=self._together,
-            evaluations=functools.partial(Evaluations, self._buffer_registries, self._cuda_devices),
+            evaluations=functools.partial(Evaluations, self._buffer_registries, cuda_devices),
             take=self._pool.take,
             scale=self._loss_scale_now,
         )
@@ -461,11 +460,11 @@ class Game:
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
             algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
-            _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
+            new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
             self._moves.move(self.layout.data, delta, out=self.layout.data)
             self.algorithm_state = kept = new_state
         except BaseException as err:
-            _put_back(buffers)
+            restore_buffers(buffers)
             if not isinstance(err, NonFiniteError) or (self.loss_scale is None and self.on_nonfinite == "raise"):
                 raise
             return self._skip(oracle)
@@ -473,7 +472,7 @@ class Game:
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
             if self._pool.lent:
-                self._pool.recycle(tensors_in(kept))
+                self._pool.recycle(new_tensors if kept is not old else tensors_in(old))
         self._after_step()
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
 
@@ -552,11 +551,13 @@ def _check_algorithm(algorithm: Any) -> None:
         raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
 
 
-def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_state: Any, layout: JointLayout) -> None:
+def _check_update(
+    name: str, oracle: Oracle, delta: Vec, new_state: Any, old_state: Any, layout: JointLayout
+) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
     kept as a plain list (``TypeError``), a step or new state that is not finite
-    (:class:`NonFiniteError`)."""
+    (:class:`NonFiniteError`). Returns the new state's tensors."""
     new_tensors = tensors_in(new_state)
     if new_tensors:
         _check_not_borrowed(new_tensors, oracle.borrowed, name)
@@ -565,8 +566,9 @@ def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_sta
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    if not all_finite(_unchecked(delta, new_tensors, old_state) if new_tensors else delta):
+    if not all_finite(_unchecked(delta, new_tensors, old_state)):
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+    return new_tensors
 
 
 def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec], name: str) -> None:
@@ -580,23 +582,15 @@ def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec]
         )
 
 
-def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> list[Tensor]:
+def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> Sequence[Tensor]:
     """The tensors of a step to check for finiteness, each once: the delta and the
     new state's tensors, less what the old state already held (checked when committed)."""
-    old = tensors_in(old_state)
-    if not old and not new_tensors:
-        return list(delta)
-    seen = set(map(id, old))
+    if not new_tensors:
+        return delta
+    seen = set(map(id, tensors_in(old_state)))
     out = []
     for t in [*delta, *new_tensors]:
         if id(t) not in seen:
             seen.add(id(t))
             out.append(t)
     return out
-
-
-def _put_back(buffers: Sequence[tuple[Tensor, Tensor]]) -> None:
-    """Restore module buffers from their copies (a step that failed)."""
-    with torch.no_grad():
-        for b, copy in buffers:
-            b.data.copy_(copy)

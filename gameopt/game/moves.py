@@ -47,8 +47,9 @@ class Moves:
         for e, k, _ in self.constrained:
             filled[e.group] += e.buffer.segments[k].numel
         self._uncovered = [g for g, (n, t) in enumerate(zip(filled, layout.data)) if n != t.numel()]
-        self._made_views: list[tuple[Vec, list[Tensor]]] = []
-        self._made_views = [(vec, self._views(vec)) for vec in (layout.data, layout.grad)]
+        self._made_views = [
+            (vec, [self._param_view(vec, e, k) for e, k, _ in self.constrained]) for vec in (layout.data, layout.grad)
+        ]
         self.backup: Vec | None = None  # the current point, only while :meth:`at` is away from it
 
     def _param_view(self, vec: Vec, e: Entry, k: int) -> Tensor:

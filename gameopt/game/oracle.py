@@ -109,7 +109,7 @@ class Oracle:
             if self.debug:  # earlier results are stale now
                 debug.poison_(t for vec in self.borrowed for t in vec)
             evaluate, problem = autodiff.vector_field, context.problem
-            (losses, metrics), own = self.evaluations.run(True, evaluate, problem, which, self.closure, self.scale)
+            (losses, metrics), own = self.evaluations.run_plain(evaluate, problem, which, self.closure, self.scale)
         else:
             evaluate = functools.partial(autodiff.vector_field, context.problem, which, self.closure, self.scale)
             with (

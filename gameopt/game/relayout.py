@@ -21,13 +21,12 @@ from torch import Tensor
 
 from ..buffer import links_intact
 from ..layout import JointLayout
-from ..player import Player
+from ..player import Player, registries_intact
 from ..vec import Vec
 
 log = logging.getLogger(__name__)
 
 _BUFFERS = operator.attrgetter("buffers")
-_requires_grad = operator.attrgetter("requires_grad")
 
 
 class Watch:
@@ -44,9 +43,7 @@ class Watch:
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]
         watched = [p.registry_watch() for p in players]
-        self.reg_dicts, self.reg_names, self.reg_values, self.dicts, self.sizes, self.flagged, self.flags = (
-            [x for w in watched for x in w[k]] for k in range(7)
-        )
+        self.registries = tuple([x for w in watched for x in w[k]] for k in range(7))  # every player's, joined
 
     def intact(self) -> bool:
         """Nothing moved: the same buffers, registrations, storage, shapes and flags
@@ -54,9 +51,7 @@ class Watch:
         return (
             all(map(operator.is_, map(_BUFFERS, self.players), self.buffers))
             and links_intact(self.params, self.ptrs, self.shapes)
-            and all(map(operator.is_, map(dict.get, self.reg_dicts, self.reg_names), self.reg_values))
-            and list(map(len, self.dicts)) == self.sizes
-            and list(map(_requires_grad, self.flagged)) == self.flags
+            and registries_intact(self.registries)  # type: ignore[arg-type]
         )
 
 
