@@ -123,6 +123,9 @@ def make_algorithm(name: str, lr: float | list[float], hyper: dict[str, Any] | N
             return gameopt.Lookahead(inner, k=k, alpha=alpha)
         except (ValueError, TypeError) as err:
             raise UsageError(f"Lookahead: {err}") from None
+    if "update" in hyper and (key in _WITH_ADAM or "momentum" in hyper):
+        what = "momentum" if "momentum" in hyper else name
+        raise UsageError(f"{what} sets the update rule, which this run sets itself: leave it out")
     if key in _WITH_ADAM:
         betas = hyper.pop("betas", (0.5, 0.9))
         try:

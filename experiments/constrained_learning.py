@@ -30,6 +30,7 @@ import functools
 import json
 import sys
 import time
+from importlib import metadata
 
 import torch
 from torch import nn
@@ -44,6 +45,7 @@ from experiments.common import (
     check_args,
     figures_dir,
     hyperparameters,
+    lr_from_args,
     main_guard,
     make_algorithm,
     one_thread,
@@ -179,12 +181,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _per_group(args) -> int:
     """A ``--constraints per-group`` run: metrics after every step, checkpoints, resume."""
-    lr = list(args.lr) if len(args.lr) == 2 else [args.lr[0]] * 2
-    if len(args.lr) > 2:
-        raise UsageError(f"{len(args.lr)} learning rates for 2 players (model, multipliers)")
     update = [gameopt.Plain(), per_group.dual_rule(args.dual, tuple(args.nupi))]
     with building_game():
-        algorithm = make_algorithm(args.algorithm, lr, {**hyperparameters(args), "update": update})
+        algorithm = make_algorithm(args.algorithm, lr_from_args(args), {**hyperparameters(args), "update": update})
         model, problem, counter = per_group.build(args.multipliers, algorithm, args.steps, args.seed)
     config = run_config(args, constraints="per-group", multipliers=args.multipliers, dual=args.dual, nupi=args.nupi)
     run = Run("constrained_learning", args, config)
@@ -223,7 +222,7 @@ def _trajectory(step, model, lam_of, steps: int) -> dict:
         out["objective"].append(m["objective"])
         out["violation"].append(m["violation"])
         out["lambda"].append(float(lam_of()[1]))
-    out["final"] = {**measure(model), "multipliers": lam_of().tolist()}
+    out["final"] = {**m, "multipliers": lam_of().tolist()}  # m: after the last step
     return out
 
 
@@ -365,7 +364,7 @@ def _make_figures(quiet: bool) -> list[str]:
         "start (unconstrained optimum)": start,
         "reference (SLSQP)": ref,
         "final": {label: tr["final"] for label, tr in runs.items()},
-        "cooper": cooper_note or "cooper-optim " + _version("cooper-optim"),
+        "cooper": cooper_note or "cooper-optim " + metadata.version("cooper-optim"),
         "wall_s": time.perf_counter() - t0,
     }
     js = figures_dir() / "constrained_learning.json"
@@ -381,12 +380,6 @@ def _make_figures(quiet: bool) -> list[str]:
         if cooper_note:
             print(cooper_note)
     return [png, str(js)]
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
 
 
 if __name__ == "__main__":

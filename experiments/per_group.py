@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from importlib import metadata
 
 import torch
 from torch import nn
@@ -130,13 +131,6 @@ def dual_rule(dual: str, nupi: tuple[float, float]):
     import gameopt
 
     return gameopt.NuPI(kp=nupi[0], ki=nupi[1]) if dual == "nupi" else gameopt.Plain()
-
-
-def simgd(dual: str, lr: tuple[float, float], nupi: tuple[float, float]):
-    """SimGD with plain steps on the model and ``dual`` on the multipliers."""
-    import gameopt
-
-    return gameopt.SimGD(list(lr), update=[gameopt.Plain(), dual_rule(dual, nupi)])
 
 
 def build(holder: str, algorithm, steps: int, seed: int = 0):
@@ -249,7 +243,7 @@ def trajectory(step, model, counter, steps: int) -> dict:
         m = measure(model)
         for k in TRACKED:
             out[k].append(m[k])
-    out["final"] = measure(model)
+    out["final"] = m  # after the last step
     return out
 
 
@@ -260,7 +254,8 @@ def make_figures(quiet: bool = False, steps: int | None = None) -> list[str]:
 
     import matplotlib
 
-    from experiments.common import figures_dir, one_thread, save_figure
+    import gameopt
+    from experiments.common import figures_dir, make_algorithm, one_thread, save_figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -271,7 +266,10 @@ def make_figures(quiet: bool = False, steps: int | None = None) -> list[str]:
     with one_thread():
         for holder in HOLDERS:
             for dual in DUALS:
-                model, problem, counter = build(holder, simgd(dual, FIGURE_LR, FIGURE_NUPI), steps)
+                update = [gameopt.Plain(), dual_rule(dual, FIGURE_NUPI)]
+                model, problem, counter = build(
+                    holder, make_algorithm("simgd", list(FIGURE_LR), {"update": update}), steps
+                )
                 runs[f"{holder}, {dual}"] = trajectory(problem.step, model, counter, steps)
                 try:
                     model, roll, counter = cooper_build(holder, dual, FIGURE_LR, FIGURE_NUPI, steps)
@@ -322,7 +320,7 @@ def make_figures(quiet: bool = False, steps: int | None = None) -> list[str]:
         "cooper last 100 steps, mean": {label: _tail(tr) for label, tr in theirs.items()},
         "max |objective gameopt − cooper| over the run": differences,
         "steps with |objective gameopt − cooper| <= 1e-9 from the start": agree,
-        "cooper": cooper_note or "cooper-optim " + _version("cooper-optim"),
+        "cooper": cooper_note or "cooper-optim " + metadata.version("cooper-optim"),
         "wall_s": time.perf_counter() - t0,
     }
     js = figures_dir() / "constrained_per_group.json"
@@ -363,9 +361,3 @@ def _smooth(values: list[float], width: int = 25) -> list[float]:
 
 def _tail(tr: dict, last: int = 100) -> dict[str, float]:
     return {k: sum(tr[k][-last:]) / len(tr[k][-last:]) for k in TRACKED}
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)

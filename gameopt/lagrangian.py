@@ -78,10 +78,11 @@ from .constraints import NonNegative
 from .evaluation import StepLosses
 from .game import Game
 from .player import Player
+from .state import check_like, clone_state
 
 ObjectiveAndConstraints = Callable[..., Sequence[Any]]
 FORMULATIONS = ("lagrangian", "augmented_lagrangian", "quadratic_penalty")
-KINDS = {"ineq": ("g", "num_ineq", "inequality"), "eq": ("h", "num_eq", "equality")}
+KINDS = {"ineq": ("g", "num_ineq"), "eq": ("h", "num_eq")}
 
 
 class Proxy(NamedTuple):
@@ -162,7 +163,7 @@ class MultiplicativePenalty:
         check_number("tolerance", self.tolerance, low=0.0)
         check_bool("restart", self.restart)
 
-    def updated(self, c: Tensor, start: Tensor, strict: Tensor, *, inequality: bool) -> Tensor:
+    def updated(self, c: Tensor, start: float, strict: Tensor, *, inequality: bool) -> Tensor:
         """The coefficients ``c`` after a step that observed the strict values ``strict``
         (``start``: their values at the start of the run)."""
         violation = strict.clamp_min(0) if inequality else strict.abs()
@@ -384,7 +385,7 @@ class LagrangianGame:
         return f.reshape(()), self._observed("ineq", g, f), self._observed("eq", h, f)
 
     def _observed(self, kind: str, value: Any, f: Tensor) -> _Observed:
-        name, count, _ = KINDS[kind]
+        name, count = KINDS[kind]
         n = self.num_ineq if kind == "ineq" else self.num_eq
         model = self.multiplier_module is not None and self.multiplier_module.is_model(kind)
         if value is None and n == 0:
@@ -475,8 +476,7 @@ class LagrangianGame:
         if not c.numel():
             return
         index = slice(None) if observed.features is None else observed.features
-        start = torch.full_like(c[index], self.penalty)
-        c[index] = self.penalty_update.updated(c[index], start, observed.dual, inequality=kind == "ineq")
+        c[index] = self.penalty_update.updated(c[index], self.penalty, observed.dual, inequality=kind == "ineq")
 
     @property
     def multipliers(self) -> tuple[Tensor | None, Tensor | None]:
@@ -501,7 +501,7 @@ class LagrangianGame:
         moves them."""
         state = self.game.state_dict()
         if self.penalty_update is not None:
-            state["penalties"] = {k: v.clone() for k, v in self._penalties.items()}
+            state["penalties"] = clone_state(self._penalties)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -519,15 +519,12 @@ class LagrangianGame:
                 self._penalties[kind].copy_(c)
 
     def _checked_penalties(self, saved: Any) -> dict[str, Tensor]:
-        if not isinstance(saved, dict) or set(saved) != {"ineq", "eq"}:
+        if not isinstance(saved, dict):
             raise ValueError("the state_dict lacks the penalty coefficients ('penalties': {'ineq': ..., 'eq': ...})")
+        check_like(self._penalties, saved, "penalties")  # keys, shapes, dtypes, values there and finite
         for kind, c in saved.items():
-            mine = self._penalties[kind]
-            if not isinstance(c, Tensor) or c.shape != mine.shape or c.dtype != mine.dtype:
-                got = f"{c.dtype} {tuple(c.shape)}" if isinstance(c, Tensor) else type(c).__name__
-                raise ValueError(f"penalties.{kind}: expected {mine.dtype} {tuple(mine.shape)}, got {got}")
-            if c.is_meta or not bool(torch.isfinite(c).all()) or bool((c < 0).any()):
-                raise ValueError(f"penalties.{kind}: coefficients must be finite and >= 0")
+            if bool((c < 0).any()):
+                raise ValueError(f"penalties.{kind}: coefficients must be >= 0")
         return saved
 
 

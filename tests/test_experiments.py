@@ -382,3 +382,15 @@ def test_an_os_error_elsewhere_is_not_taken_for_the_run_folder(tmp_path, monkeyp
 
     with pytest.raises(FileNotFoundError):
         common.main_guard(broken)([])
+
+
+@pytest.mark.parametrize("name, hyper", [("extraadam", {}), ("simgd", {"momentum": 0.5})], ids=["adam", "momentum"])
+def test_make_algorithm_refuses_to_replace_an_update_rule_the_run_sets(name, hyper) -> None:
+    """A run that sets the update rule itself (the constrained run's dual rule) is not
+    silently overridden by an Adam variant or ``--hp momentum``."""
+    import gameopt
+    from experiments.common import UsageError, make_algorithm
+
+    with pytest.raises(UsageError, match="sets the update rule"):
+        make_algorithm(name, [0.1, 0.1], {**hyper, "update": [gameopt.Plain(), gameopt.NuPI()]})
+    make_algorithm(name, [0.1, 0.1], hyper)  # without a rule of the run's own, as before
