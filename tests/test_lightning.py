@@ -51,17 +51,19 @@ def _data():
 
 def _fit(tmp_path, steps, ckpt_path=None):
     model = GANModule()
-    trainer = pl.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=1)],
-    )
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Lightning's advice (num_workers, ...) is not under test here
+        # Lightning's advice (num_workers, "GPU available but not used" on a CUDA machine, ...)
+        # is not under test here
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(
+            max_steps=steps,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path,
+            callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=1)],
+        )
         trainer.fit(model, _data(), ckpt_path=ckpt_path)
     return model, trainer
 

@@ -168,6 +168,8 @@ def test_a_game_step_runs_the_engine_directly_only_on_the_cpu_without_cuda(monke
 
     monkeypatch.setattr(tc, "engine_on_caller", lambda: counted_direct if direct is not None else None)
     monkeypatch.setattr(tc, "engine_run_backward", counted_wrapper)
+    # whether an earlier test of this process initialized CUDA is not this test's business
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     torch.manual_seed(0)
     x, y = nn.Linear(2, 1).double(), nn.Linear(2, 1).double()
     data = torch.randn(4, 2, dtype=torch.float64)
@@ -220,7 +222,9 @@ def test_the_suite_passes_on_the_public_fallbacks():
     """Engine, foreach kernels, flattening and buffer names through their public
     fallbacks (GAMEOPT_TORCH_PUBLIC=1): the closed-form iterates, the products and the
     players' fusing hold there too."""
-    env = {**os.environ, "GAMEOPT_TORCH_PUBLIC": "1", "PYTHONPATH": str(ROOT)}
+    # only pytest's own plugins: another plugin's warning (pytest-benchmark's beside
+    # pytest-xdist) would be an error under the suite's filterwarnings
+    env = {**os.environ, "GAMEOPT_TORCH_PUBLIC": "1", "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     code = "import gameopt._torch_compat as tc; assert tc.PUBLIC_ONLY and tc.engine_run_backward is tc._engine is None"
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
     files = [
