@@ -1,0 +1,182 @@
+"""A step's launches and memory traffic, counted exactly (no timing).
+
+    python -m benchmarks.traffic [--n 1048576]
+
+Every ATen op that a step runs, backward included, passes through a
+``TorchDispatchMode``; views (``func.is_view``) cost nothing and are not counted.
+For each other op we count one launch, and the elements it reads and writes in
+*parameter-sized* tensors (at least ``n`` elements: a player's flat vector or a
+view of it), which is the step's memory traffic in units of N, the parameters of
+one player. Copies (``copy_``, ``clone``) are counted apart, and so are host syncs
+(``item``, ``_local_scalar_dense``, ``is_nonzero``).
+
+The game is bilinear, f(x, y) = Σ x·y elementwise, with N parameters per player,
+so that ξ costs the same few passes everywhere and what differs is the step's
+own bookkeeping. Each gameopt step is set beside the bare loop a user would write
+(``torch.autograd.grad`` per player, ``torch._foreach_*`` updates,
+``torch.optim.Adam(foreach=True)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+import gameopt
+
+LR = 1e-3
+_SYNCS = {"item", "_local_scalar_dense", "is_nonzero", "equal"}
+_COPIES = {"copy_", "clone", "_to_copy", "copy"}
+
+
+@dataclass
+class Count:
+    """What one step ran: launches (non-view ops), copies, host syncs, and the elements
+    read and written in tensors of at least ``big`` elements."""
+
+    big: int
+    ops: int = 0
+    copies: int = 0
+    syncs: int = 0
+    touched: int = 0
+    names: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, tensors: list[Tensor]) -> None:
+        self.ops += 1
+        self.names[name] = self.names.get(name, 0) + 1
+        self.copies += name in _COPIES
+        self.syncs += name in _SYNCS
+        self.touched += sum(t.numel() for t in tensors if t.numel() >= self.big)
+
+
+class Counting(TorchDispatchMode):
+    def __init__(self, count: Count) -> None:
+        super().__init__()
+        self.count = count
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            name = func.overloadpacket.__name__
+            ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
+            outs = [t for t in tree_flatten(out)[0] if isinstance(t, Tensor)]
+            # an in-place op's output is its first input: count it once, as a write
+            outs = [t for t in outs if not any(t is i for i in ins)] if name.endswith("_") else outs
+            self.count.add(name, ins + outs)
+        return out
+
+
+def count(step: Callable[[], object], big: int, warmup: int = 2) -> Count:
+    """The counts of one call of ``step``, after ``warmup`` calls (lazy state made)."""
+    for _ in range(warmup):
+        step()
+    c = Count(big)
+    with Counting(c):
+        step()
+    return c
+
+
+# ------------------------------------------------------------------ the game
+def bilinear(n: int, seed: int = 0) -> tuple[nn.Parameter, nn.Parameter, Callable[[], tuple[Tensor, Tensor]]]:
+    g = torch.Generator().manual_seed(seed)
+    x = nn.Parameter(torch.randn(n, generator=g) * 0.1)
+    y = nn.Parameter(torch.randn(n, generator=g) * 0.1)
+
+    def losses() -> tuple[Tensor, Tensor]:
+        f = (x * y).sum()
+        return f, -f
+
+    return x, y, losses
+
+
+def gameopt_step(n: int, make: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+    x, y, losses = bilinear(n)
+    game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=make())
+    return game.step
+
+
+def bare_simgd(n: int) -> Callable[[], object]:
+    x, y, losses = bilinear(n)
+
+    def step() -> None:
+        f, g = losses()
+        (gx,) = torch.autograd.grad(f, [x], retain_graph=True)
+        (gy,) = torch.autograd.grad(g, [y])
+        with torch.no_grad():
+            torch._foreach_add_([x, y], [gx, gy], alpha=-LR)
+
+    return step
+
+
+def bare_extragradient(n: int) -> Callable[[], object]:
+    x, y, losses = bilinear(n)
+    params = [x, y]
+
+    def grads() -> list[Tensor]:
+        f, g = losses()
+        return [*torch.autograd.grad(f, [x], retain_graph=True), *torch.autograd.grad(g, [y])]
+
+    def step() -> None:
+        with torch.no_grad():
+            start = torch._foreach_mul(params, 1.0)  # the point to come back to
+        gs = grads()
+        with torch.no_grad():
+            torch._foreach_add_(params, gs, alpha=-LR)
+        gs = grads()
+        with torch.no_grad():
+            torch._foreach_add_(start, gs, alpha=-LR)
+            torch._foreach_copy_(params, start)
+
+    return step
+
+
+def bare_adam(n: int) -> Callable[[], object]:
+    x, y, losses = bilinear(n)
+    opt = torch.optim.Adam([x, y], lr=LR, foreach=True)
+
+    def step() -> None:
+        f, g = losses()
+        x.grad, y.grad = torch.autograd.grad(f, [x], retain_graph=True)[0], torch.autograd.grad(g, [y])[0]
+        opt.step()
+
+    return step
+
+
+ROWS: dict[str, tuple[Callable[[], gameopt.Algorithm], Callable[[int], Callable[[], object]]]] = {
+    "SimGD": (lambda: gameopt.SimGD(LR), bare_simgd),
+    "Extragradient": (lambda: gameopt.Extragradient(LR), bare_extragradient),
+    "SimGD + Adam": (lambda: gameopt.SimGD(LR, update=gameopt.Adam()), bare_adam),
+}
+
+
+def measure(n: int) -> list[tuple[str, Count, Count]]:
+    return [(name, count(gameopt_step(n, make), n), count(bare(n), n)) for name, (make, bare) in ROWS.items()]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2**20, help="parameters per player (default: %(default)s)")
+    p.add_argument("--ops", action="store_true", help="also list each step's ops by name")
+    args = p.parse_args()
+    print(f"bilinear game, N = {args.n} parameters per player, torch {torch.__version__}")
+    print("| step | touched (gameopt) | touched (bare) | ratio | ops | bare ops | copies | bare copies | syncs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, mine, bare in measure(args.n):
+        print(
+            f"| {name} | {mine.touched / args.n:.0f}N | {bare.touched / args.n:.0f}N | "
+            f"{mine.touched / bare.touched:.2f} | {mine.ops} | {bare.ops} | {mine.copies} | {bare.copies} | "
+            f"{mine.syncs} / {bare.syncs} |"
+        )
+        if args.ops:
+            print(f"|   gameopt ops: {dict(sorted(mine.names.items()))}")
+            print(f"|   bare ops: {dict(sorted(bare.names.items()))}")
+
+
+if __name__ == "__main__":
+    main()
