@@ -1,0 +1,123 @@
+"""Issue #33, the smaller misuses: NashConv on integer payoffs and non-probability
+strategies; Follow-the-Ridge and Stackelberg on a singular follower (CG's
+breakdown, the damping setting); a checkpoint or a step inside
+``Averaging.averaged()``; losses that are None, integer or boolean; fixed
+settings assigned after construction; one update rule for two players; DiCE's
+degenerate inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import gameopt
+from gameopt.linalg import BreakdownError, cg
+
+F64 = torch.float64
+RPS = [[0, -1, 1], [1, 0, -1], [-1, 1, 0]]
+
+
+def _params(game: gameopt.Game) -> list[torch.Tensor]:
+    """Each player's parameters (one flat tensor each: one dtype here), copied."""
+    return [t.detach().clone() for t in game.layout.per_player(game.layout.data)]
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------- NashConv (17)
+def test_nash_conv_of_integer_payoffs_is_computed_in_floating_point() -> None:
+    rps = torch.tensor(RPS)  # int64
+    x, y = torch.tensor([0.5, 0.5, 0.0], dtype=F64), torch.full((3,), 1 / 3, dtype=F64)
+    got = gameopt.nash_conv([rps, -rps], [x, y])
+    assert got.dtype == F64
+    assert float(got) == pytest.approx(0.5, rel=1e-14)
+    assert torch.equal(got, gameopt.nash_conv([rps.to(F64), -rps.to(F64)], [x, y]))
+    # integer payoffs and pure (one-hot integer) strategies: torch's default dtype
+    pure = gameopt.nash_conv([rps, -rps], [torch.tensor([1, 0, 0]), torch.tensor([0, 1, 0])])
+    assert pure.dtype == torch.get_default_dtype() and float(pure) == 2.0
+
+
+@pytest.mark.parametrize(
+    "strategy, match",
+    [
+        (torch.tensor([float("nan"), 0.5, 0.5], dtype=F64), "is not a probability vector"),
+        (torch.tensor([0.5, float("nan"), 0.5], dtype=F64), "is not a probability vector"),
+        (torch.tensor([-0.5, 1.0, 0.5], dtype=F64), "is not a probability vector"),
+        (torch.tensor([0.5, 0.6, 0.0], dtype=F64), "is not a probability vector"),
+        (torch.tensor([float("inf"), 0.0, 0.0], dtype=F64), "is not a probability vector"),
+        (torch.tensor([[0.5, 0.5, 0.0]], dtype=F64), r"must be a real vector \(a 1-D tensor\), got shape \(1, 3\)"),
+        (torch.tensor([1, 1, -1]), "is not a probability vector"),
+        ([0.5, 0.5, 0.0], "must be a real vector .* got list"),
+    ],
+)
+def test_nash_conv_refuses_what_is_not_a_probability_vector(strategy, match) -> None:
+    rps = torch.tensor(RPS, dtype=F64)
+    with pytest.raises(ValueError, match=r"^strategies\[0\] " + match):
+        gameopt.nash_conv([rps, -rps], [strategy, torch.full((3,), 1 / 3, dtype=F64)])
+
+
+# -------------------------------------------- Follow-the-Ridge, Stackelberg (18)
+def _bilinear(algorithm: gameopt.Algorithm) -> gameopt.Game:
+    """f(x, y) = x·y, losses (f, −f): the follower's Hessian ∇²_yy is 0."""
+    x = nn.Parameter(torch.tensor([1.0, -2.0], dtype=F64))
+    y = nn.Parameter(torch.tensor([0.5, 3.0], dtype=F64))
+    players = [gameopt.Player([x], name="x"), gameopt.Player([y], name="y")]
+    return gameopt.Game(players, lambda: ((x * y).sum(), -(x * y).sum()), algorithm=algorithm)
+
+
+@pytest.mark.parametrize(
+    "make, block",
+    [
+        (gameopt.FollowTheRidge, "the Hessian ∇²_yy f of player 'y'"),
+        (gameopt.Stackelberg, "the follower's Hessian ∇²_yy f_2 of player 'y'"),
+    ],
+)
+def test_a_singular_follower_is_refused_naming_the_block_and_nothing_changes(make, block) -> None:
+    game = _bilinear(make(0.1))
+    before = _params(game)
+    with pytest.raises(BreakdownError, match=rf"^{make.__name__}: {block} is singular .* damping=") as info:
+        game.step()
+    assert isinstance(info.value, ArithmeticError) and not isinstance(info.value, ZeroDivisionError)
+    assert _same(before, _params(game)) and game.algorithm_state == {}
+
+
+@pytest.mark.parametrize("damping", [0.5, 2.0])
+def test_a_damped_follower_takes_the_closed_form_step(damping) -> None:
+    lx, ly = 0.1, 0.2
+    for make in (gameopt.FollowTheRidge, gameopt.Stackelberg):
+        game = _bilinear(make([lx, ly], damping=damping))
+        x, y = _params(game)
+        game.step()
+        if make is gameopt.FollowTheRidge:  # z = (−H_yy + λI)⁻¹ H_yx ∇_x f = y/λ
+            want = [x - lx * y, y + ly * x - lx * y / damping]
+        else:  # x − η_x(∇_x f₁ − ∇²_xy f₂ (∇²_yy f₂ + λI)⁻¹ ∇_y f₁) = x − η_x(y + x/λ)
+            want = [x - lx * (y + x / damping), y + ly * x]
+        for got, ref in zip(_params(game), want):
+            torch.testing.assert_close(got, ref, rtol=1e-15, atol=1e-15)
+
+
+def test_damping_is_a_checked_setting_and_zero_keeps_the_identity_of_older_checkpoints() -> None:
+    for make in (gameopt.FollowTheRidge, gameopt.Stackelberg):
+        for bad in (-1.0, float("nan"), "1e-3", None):
+            with pytest.raises(ValueError, match=r"^damping must be"):
+                make(0.1, damping=bad)
+        assert "damping" not in make(0.1).identity()["settings"]  # checkpoints from before the setting load
+        assert make(0.1, damping=0.5).identity()["settings"]["damping"] == 0.5
+
+
+@pytest.mark.parametrize("check_every", [1, 2])
+def test_cg_raises_a_breakdown_on_a_singular_operator(check_every) -> None:
+    """A zero curvature pᵀAp = 0 before convergence (the second direction of this
+    system, exactly (0, 2)): a BreakdownError, from either path (no ZeroDivisionError,
+    no non-finite x)."""
+    m = torch.diag(torch.tensor([1.0, 0.0], dtype=F64))
+    b = [torch.tensor([1.0, 1.0], dtype=F64)]  # not in m's range
+    with pytest.raises(BreakdownError, match=r"pᵀAp = 0"):
+        cg(lambda v: [m @ v[0]], b, check_every=check_every)
+    with pytest.raises(BreakdownError):
+        cg(lambda v: [0 * v[0]], b, check_every=check_every)
+    x, _ = cg(lambda v: [m @ v[0]], [torch.tensor([3.0, 0.0], dtype=F64)], check_every=check_every)
+    assert torch.equal(x[0], torch.tensor([3.0, 0.0], dtype=F64))  # b in the range: solved
