@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from games import assert_same_state
 from torch import nn
 
 import gameopt
@@ -121,3 +122,43 @@ def test_cg_raises_a_breakdown_on_a_singular_operator(check_every) -> None:
         cg(lambda v: [0 * v[0]], b, check_every=check_every)
     x, _ = cg(lambda v: [m @ v[0]], [torch.tensor([3.0, 0.0], dtype=F64)], check_every=check_every)
     assert torch.equal(x[0], torch.tensor([3.0, 0.0], dtype=F64))  # b in the range: solved
+
+
+# ------------------------------------------------ inside Averaging.averaged() (a)
+def _averaged_game(outer: bool = True):
+    """A bilinear game under Averaging (outermost, or the base of a Lookahead) after
+    three steps: the iterate and the average differ."""
+    x = nn.Parameter(torch.tensor([1.0, -2.0], dtype=F64))
+    y = nn.Parameter(torch.tensor([0.5, 3.0], dtype=F64))
+    avg = gameopt.Averaging(gameopt.SimGD(0.1, update=gameopt.Adam()))
+    algo = avg if outer else gameopt.Lookahead(avg, k=2)
+    game = gameopt.Game([x, y], lambda: ((x * y).sum(), -(x * y).sum()), algorithm=algo)
+    for _ in range(3):
+        game.step()
+    return game, avg
+
+
+@pytest.mark.parametrize("outer", [True, False], ids=["outermost", "base-of-lookahead"])
+def test_a_checkpoint_inside_averaged_is_refused_and_one_after_it_resumes(outer) -> None:
+    game, avg = _averaged_game(outer)
+    iterate = _params(game)
+    good = game.state_dict()
+    with avg.averaged():
+        assert not _same(iterate, _params(game))  # w̄ is in the parameters
+        for call in (game.state_dict, game.optimizer.state_dict, lambda: game.load_state_dict(good)):
+            with pytest.raises(RuntimeError, match=r"^a checkpoint .* inside Averaging.averaged\(\) is refused"):
+                call()
+        with pytest.raises(RuntimeError, match=r"^a step inside Averaging.averaged\(\) is refused"):
+            game.step()
+        with pytest.raises(RuntimeError, match=r"^a step inside Averaging.averaged\(\) is refused"):
+            game.optimizer.step(game.losses)
+        game.vector_field()  # evaluating at w̄ is what the block is for
+    assert _same(iterate, _params(game))
+    after = game.state_dict()  # the iterate, and a resume matches the run
+    assert_same_state(after, good)  # the refused calls changed nothing
+    twin, _ = _averaged_game(outer)
+    twin.load_state_dict(after)
+    for _ in range(2):
+        game.step()
+        twin.step()
+    assert _same(_params(game), _params(twin))
