@@ -162,3 +162,41 @@ def test_a_checkpoint_inside_averaged_is_refused_and_one_after_it_resumes(outer)
         game.step()
         twin.step()
     assert _same(_params(game), _params(twin))
+
+
+# ----------------------------------------------------------------- losses (b)
+def _loss_game(losses, algorithm: gameopt.Algorithm):
+    x = nn.Parameter(torch.tensor([1.0, -2.0], dtype=F64))
+    y = nn.Parameter(torch.tensor([0.5, 3.0], dtype=F64))
+    players = [gameopt.Player([x], name="gen"), gameopt.Player([y], name="disc")]
+    return gameopt.Game(players, lambda: losses(x, y), algorithm=algorithm)
+
+
+_INT = r"the loss of player 'gen' is an integer tensor \(torch.int64\): losses must be real floating-point scalars"
+_BAD_LOSSES = {
+    "None": (lambda x, y: None, r"losses returned None: .* one scalar loss per player \(did it forget `return`\?\)"),
+    "int": (lambda x, y: (torch.tensor(1), (x * y).sum()), _INT),
+    "int-vector": (lambda x, y: torch.tensor([1, 2]), _INT),
+    "argmax": (lambda x, y: ((x * y).argmax(), (x * y).sum()), _INT),
+    "bool": (
+        lambda x, y: ((x * y).sum() > 0, (x * y).sum()),
+        r"the loss of player 'gen' is a boolean tensor \(torch.bool\): losses must be real floating-point",
+    ),
+    "complex": (
+        lambda x, y: ((x * y).sum() * 1j, (x * y).sum()),
+        r"the loss of player 'gen' is a complex tensor \(torch.complex128\)",
+    ),
+    "a float": (lambda x, y: 3.0, r"losses returned a float: .* one scalar loss per player"),
+}
+
+
+@pytest.mark.parametrize("name", list(_BAD_LOSSES))
+@pytest.mark.parametrize("make", [lambda: gameopt.SimGD(0.1), lambda: gameopt.CGD(0.1)], ids=["SimGD", "CGD"])
+def test_losses_that_are_none_integer_or_boolean_get_a_loss_error_naming_it(name, make) -> None:
+    losses, match = _BAD_LOSSES[name]
+    game = _loss_game(losses, make())
+    before, state = _params(game), game.state_dict()
+    with pytest.raises(gameopt.LossError, match=rf"^{match}"):
+        game.step()
+    assert _same(before, _params(game))
+    assert_same_state(game.state_dict(), state)
