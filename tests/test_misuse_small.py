@@ -200,3 +200,27 @@ def test_losses_that_are_none_integer_or_boolean_get_a_loss_error_naming_it(name
         game.step()
     assert _same(before, _params(game))
     assert_same_state(game.state_dict(), state)
+
+
+# ------------------------------------------------------ one rule per player (d)
+@pytest.mark.parametrize(
+    "algorithm, message",
+    [
+        (lambda: gameopt.SimGD(0.1, update=[gameopt.Adam()]), "SimGD got 1 rules for 2 players"),
+        (lambda: gameopt.SimGD(0.1, update=(gameopt.Adam(),)), "SimGD got 1 rules for 2 players"),
+        (lambda: gameopt.SimGD(0.1, update=[gameopt.Adam()] * 3), "SimGD got 3 rules for 2 players"),
+        (lambda: gameopt.SimGD([0.1]), "SimGD got 1 learning rates for 2 players"),
+        (lambda: gameopt.Lookahead(gameopt.Optimistic(0.1, update=[gameopt.Momentum()])), "Optimistic got 1 rules"),
+    ],
+)
+def test_an_update_list_of_the_wrong_length_is_refused_as_an_lr_list_is(algorithm, message) -> None:
+    with pytest.raises(ValueError, match=rf"^{message}.*: give one per player, or one .* for all"):
+        _loss_game(lambda x, y: ((x * y).sum(), -(x * y).sum()), algorithm())
+    game = _loss_game(lambda x, y: ((x * y).sum(), -(x * y).sum()), gameopt.SimGD(0.1))
+    before, state = _params(game), game.state_dict()
+    with pytest.raises(ValueError, match=rf"^{message}"):
+        game.algorithm = algorithm()
+    assert type(game.algorithm) is gameopt.SimGD and _same(before, _params(game))
+    assert_same_state(game.state_dict(), state)
+    # one rule for all, as a rule or as a full list
+    _loss_game(lambda x, y: ((x * y).sum(), -(x * y).sum()), gameopt.SimGD(0.1, update=[gameopt.Adam()] * 2)).step()

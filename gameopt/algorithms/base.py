@@ -25,6 +25,10 @@ __all__ = ["Algorithm", "Hyper", "Wrapper", "check_bool", "check_number", "check
 S = TypeVar("S")
 
 
+#: how a bind's length error names each per-player argument, and its single form
+_PER_PLAYER = {"lr": ("learning rates", "float"), "update": ("rules", "rule (not a list)")}
+
+
 def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
     return check_per_player("lr", lr, low=0.0)
 
@@ -173,6 +177,9 @@ class Algorithm(Generic[S]):
     lists those; :attr:`settings` holds every constructor setting by name.
     """
 
+    #: the list of rules given as ``update=[...]`` (one per player; None: one rule for all)
+    _rules_given: list[UpdateRule] | None = None
+
     #: Whether only ξ is used (no Jacobian products); such an algorithm has a
     #: projected or mirror version on feasible sets (see :mod:`gameopt.constraints`).
     first_order = True
@@ -191,6 +198,8 @@ class Algorithm(Generic[S]):
         an attribute (a :class:`Hyper` of the class goes to the param groups)."""
         self._lr: float | list[float] | None = _check_lr(lr)
         self._setup(rule_from(update), settings)
+        if isinstance(update, (list, tuple)):  # one rule per player: its length is checked when bound
+            self._rules_given = list(update)
 
     def _setup(self, rule: UpdateRule, settings: dict[str, Any]) -> None:
         """What every constructor sets beside the learning rates (a :class:`Wrapper`
@@ -245,10 +254,15 @@ class Algorithm(Generic[S]):
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
         per_player = {"lr": lrs, **{k: v for k, v in self.settings.items() if isinstance(v, list)}}
+        if self._rules_given is not None:
+            per_player["update"] = self._rules_given
         for key, values in per_player.items():
             if len(values) != n:
-                what = "learning rates" if key == "lr" else f"values of {key}"
-                raise ValueError(f"{type(self).__name__} got {len(values)} {what} for {n} players")
+                what, one = _PER_PLAYER.get(key, (f"values of {key}", "value"))
+                raise ValueError(
+                    f"{type(self).__name__} got {len(values)} {what} for {n} players: "
+                    f"give one per player, or one {one} for all"
+                )
         if isinstance(self.rule, PerPlayer):
             self.rule.bind(game.layout.player_views, n)
         scheduled = [
