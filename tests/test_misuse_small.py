@@ -7,12 +7,16 @@ degenerate inputs."""
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 import torch
 from games import assert_same_state
 from torch import nn
 
 import gameopt
+import gameopt.dice
 from gameopt.linalg import BreakdownError, cg
 
 F64 = torch.float64
@@ -224,3 +228,47 @@ def test_an_update_list_of_the_wrong_length_is_refused_as_an_lr_list_is(algorith
     assert_same_state(game.state_dict(), state)
     # one rule for all, as a rule or as a full list
     _loss_game(lambda x, y: ((x * y).sum(), -(x * y).sum()), gameopt.SimGD(0.1, update=[gameopt.Adam()] * 2)).step()
+
+
+# ------------------------------------------------------------------- DiCE (e)
+def _dice_inputs(t: int = 3, b: int = 4):
+    g = torch.Generator().manual_seed(0)
+    logps = [torch.randn(t, b, generator=g, dtype=F64).requires_grad_() for _ in range(2)]
+    return logps, torch.randn(t, b, generator=g, dtype=F64)
+
+
+@pytest.mark.parametrize(
+    "t, b, match",
+    [(3, 0, r"rewards has shape \(3, 0\): no episodes \(B = 0\)"), (0, 4, r"rewards has shape \(0, 4\): no steps")],
+)
+def test_dice_refuses_zero_episodes_or_steps(t, b, match) -> None:
+    logps, rewards = _dice_inputs(t, b)
+    with pytest.raises(ValueError, match=rf"^{match}"):
+        gameopt.dice.objective(logps, rewards, 0.9)
+
+
+@pytest.mark.parametrize("discount", ["0.9", None, True, torch.tensor(1), [0.9], 1j])
+def test_dice_refuses_a_discount_that_is_not_a_number(discount) -> None:
+    logps, rewards = _dice_inputs()
+    with pytest.raises(ValueError, match=r"^discount must be a number in \[0, 1\], got"):
+        gameopt.dice.objective(logps, rewards, discount)
+
+
+@pytest.mark.parametrize("where", ["logps[1]", "rewards", "baseline"])
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf")])
+def test_dice_refuses_non_finite_inputs_naming_them(where, bad) -> None:
+    logps, rewards = _dice_inputs()
+    baseline = torch.zeros_like(rewards)
+    target = {"logps[1]": logps[1], "rewards": rewards, "baseline": baseline}[where]
+    with torch.no_grad():
+        target[1, 2] = bad
+    with pytest.raises(ValueError, match=rf"^{re.escape(where)} holds 1 non-finite value"):
+        gameopt.dice.objective(logps, rewards, 0.9, baseline=baseline)
+
+
+def test_dice_numbers_that_are_not_floats_still_count_as_discounts() -> None:
+    logps, rewards = _dice_inputs()
+    want = gameopt.dice.objective(logps, rewards, 0.5)
+    for same in (np.float32(0.5), torch.tensor(0.5), 0.5):
+        assert torch.equal(gameopt.dice.objective(logps, rewards, same), want)
+    assert torch.equal(gameopt.dice.objective(logps, rewards, 1), gameopt.dice.objective(logps, rewards, 1.0))
