@@ -75,8 +75,7 @@ def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], Mapping[
         out = list(out.unbind()) if out.dim() == 1 else [out]
     elif out is None:
         raise LossError(
-            "losses returned None: the losses callable must return one scalar loss per player "
-            "(did it forget `return`?)"
+            "losses returned None: the losses callable must return one scalar loss per player (did it forget `return`?)"
         )
     elif not isinstance(out, Iterable):
         raise LossError(

@@ -7,6 +7,7 @@ degenerate inputs."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -17,7 +18,9 @@ from torch import nn
 
 import gameopt
 import gameopt.dice
+import gameopt.updates
 from gameopt.linalg import BreakdownError, cg
+from gameopt.settings import Setting
 
 F64 = torch.float64
 RPS = [[0, -1, 1], [1, 0, -1], [-1, 1, 0]]
@@ -272,3 +275,114 @@ def test_dice_numbers_that_are_not_floats_still_count_as_discounts() -> None:
     for same in (np.float32(0.5), torch.tensor(0.5), 0.5):
         assert torch.equal(gameopt.dice.objective(logps, rewards, same), want)
     assert torch.equal(gameopt.dice.objective(logps, rewards, 1), gameopt.dice.objective(logps, rewards, 1.0))
+
+
+# ------------------------------------------------ settings set after construction (c)
+def _library_classes(root: type) -> list[type]:
+    """Every public class of gameopt below ``root`` (a new algorithm or rule joins the table)."""
+    out, todo = [], [root]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.__module__.startswith("gameopt.") and not cls.__name__.startswith("_"):
+            out.append(cls)
+    return sorted(set(out) - {gameopt.Algorithm, gameopt.Wrapper, gameopt.UpdateRule}, key=lambda c: c.__name__)
+
+
+_NOT_SETTINGS = {"self", "lr", "update", "base"}
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+_CONTAINERS = {gameopt.updates.PerPlayer}  # its argument is the rules, not a setting
+
+
+def _declared(cls: type, name: str):
+    for c in cls.__mro__:
+        if name in vars(c):
+            return vars(c)[name]
+    return None
+
+
+def _settings_table() -> list[tuple[type, str]]:
+    rows = []
+    for cls in _library_classes(gameopt.Algorithm) + _library_classes(gameopt.UpdateRule):
+        if cls not in _CONTAINERS:
+            params = inspect.signature(cls.__init__).parameters.values()
+            rows += [(cls, p.name) for p in params if p.kind in _NAMED and p.name not in _NOT_SETTINGS]
+    return rows
+
+
+def _make(cls: type):
+    return cls(gameopt.SimGD(0.1)) if issubclass(cls, gameopt.Wrapper) else cls()
+
+
+def _curved_game(algorithm: gameopt.Algorithm) -> gameopt.Game:
+    """f = x·y + ½‖x‖² − ½‖y‖², losses (f, −f): every algorithm of the table steps on it."""
+    x = nn.Parameter(torch.tensor([1.0, -2.0], dtype=F64))
+    y = nn.Parameter(torch.tensor([0.5, 3.0], dtype=F64))
+
+    def losses():
+        f = (x * y).sum() + 0.5 * (x * x).sum() - 0.5 * (y * y).sum()
+        return f, -f
+
+    return gameopt.Game([x, y], losses, algorithm=algorithm)
+
+
+def _groups(algo: gameopt.Algorithm | None) -> list[dict] | None:
+    """The settings in an algorithm's param groups (copies, without the parameters)."""
+    return None if algo is None else [{k: v for k, v in g.items() if k != "params"} for g in algo.param_groups]
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["unbound", "in-a-game"])
+@pytest.mark.parametrize("cls, name", _settings_table(), ids=lambda v: getattr(v, "__name__", v))
+def test_every_setting_is_checked_when_assigned_and_a_refusal_changes_nothing(cls, name, bound) -> None:
+    assert isinstance(_declared(cls, name), (Setting, gameopt.Hyper)), (
+        f"{cls.__name__}.{name}: declare it as a Setting (or a Hyper) so that assignments are checked"
+    )
+    obj = _make(cls)
+    game = None
+    if bound:
+        game = _curved_game(gameopt.SimGD(0.1, update=obj) if isinstance(obj, gameopt.UpdateRule) else obj)
+    algo = game.algorithm if game is not None else obj if isinstance(obj, gameopt.Algorithm) else None
+    before = (getattr(obj, name), obj.identity(), _groups(algo))
+    errors = (ValueError, TypeError) if name == "order" else ValueError  # AltGD keeps TypeError for non-indices
+    with pytest.raises(errors, match=rf"^{name}\b"):
+        setattr(obj, name, float("nan"))  # no setting takes NaN (the issue's own examples: the test below)
+    after = (getattr(obj, name), obj.identity(), _groups(algo))
+    assert repr(after[0]) == repr(before[0]) and after[1:] == before[1:]
+    if game is not None:
+        setattr(obj, name, before[0])  # a good value is taken
+        game.step()
+
+
+@pytest.mark.parametrize(
+    "make, name, bad, message",
+    [
+        (lambda: gameopt.Lookahead(gameopt.SimGD(0.1)), "k", 0, r"k must be an integer in \[1, inf\), got 0"),
+        (lambda: gameopt.Adam(), "eps", -1, r"eps must be a finite number in \[0, inf\), got -1"),
+        (lambda: gameopt.CGD(), "maxiter", 0, r"maxiter must be an integer in \[1, inf\), got 0"),
+        (lambda: gameopt.Averaging(gameopt.SimGD(0.1)), "kind", "median", r"kind must be one of \['uniform', 'ema'\]"),
+        (lambda: gameopt.Momentum(), "nesterov", "no", r"nesterov must be True or False, got 'no'"),
+        (lambda: gameopt.NuPI(kp=0.0, ki=1.0), "ki", 0.0, r"ki must be > 0 while kp is 0"),
+        (lambda: gameopt.Extragradient(0.1), "extrapolation_lr", [-1.0], r"extrapolation_lr\[0\] must be"),
+    ],
+)
+def test_the_issues_settings_assigned_after_construction_are_refused(make, name, bad, message) -> None:
+    obj = make()
+    before = getattr(obj, name)
+    with pytest.raises(ValueError, match=rf"^{message}"):
+        setattr(obj, name, bad)
+    assert getattr(obj, name) == before
+
+
+def test_settings_that_depend_on_the_game_are_checked_once_bound() -> None:
+    eg = gameopt.Extragradient(0.1, extrapolation_lr=[0.1, 0.2])
+    game = _curved_game(eg)
+    with pytest.raises(ValueError, match=r"^extrapolation_lr has 3 values for 2 players"):
+        eg.extrapolation_lr = [0.1, 0.2, 0.3]
+    assert eg.extrapolation_lr == [0.1, 0.2]
+    alt = gameopt.AltGD(0.1)
+    game = _curved_game(alt)
+    with pytest.raises(ValueError, match=r"^order must be a permutation of the players' indices 0..1, got \(0, 0\)"):
+        alt.order = (0, 0)
+    alt.order = [1, 0]
+    assert alt.order == (1, 0)
+    game.step()

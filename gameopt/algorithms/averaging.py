@@ -11,7 +11,7 @@ from torch import Tensor
 
 from .. import _torch_compat as tc
 from .api import AveragingState
-from .base import Algorithm, Wrapper, check_number
+from .base import Algorithm, Setting, Wrapper, check_number
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -55,13 +55,13 @@ class Averaging(Wrapper[AveragingState]):
           <https://arxiv.org/abs/1806.04498>`_
     """
 
+    kind = Setting.choice("uniform", "ema")
+    decay = Setting.number(low=0.0, high=1.0, high_open=True)
+    start = Setting.number(low=0, integer=True)
     _swapped = 0  # how many averaged() blocks hold w̄ in the parameters now (they nest)
 
     def __init__(self, base: Algorithm, kind: str = "uniform", decay: float = 0.999, start: int = 0) -> None:
-        if not isinstance(kind, str) or kind not in ("uniform", "ema"):
-            raise ValueError(f"kind must be 'uniform' or 'ema', got {kind!r}")
-        decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
-        super().__init__(base, kind=kind, decay=decay, start=check_number("start", start, low=0, integer=True))
+        super().__init__(base, kind=kind, decay=decay, start=start)
 
     def init_state(self, game: GameView) -> AveragingState:
         return {"base": self.base.init_state(game), "avg": game.layout.data.clone(), "count": 0}

@@ -7,60 +7,62 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..evaluation import check_zero_sum
-from ..linalg import BreakdownError, MatVec, cg
+from ..linalg import BreakdownError, cg
 from ..vec import Vec
 from .api import NoState
-from .base import Algorithm, check_number
+from .base import Algorithm, Setting
 
 if TYPE_CHECKING:
     from .api import GameView, Linearization, Oracle
 
 
-def _solver(tol: float, maxiter: int | None, damping: float) -> dict:
-    return {
-        "tol": check_number("tol", tol, low=0.0, low_open=True),
-        "maxiter": None if maxiter is None else check_number("maxiter", maxiter, low=1, integer=True),
-        "damping": check_number("damping", damping, low=0.0),
-    }
+class _Sequential(Algorithm[NoState]):
+    """What Follow-the-Ridge and Stackelberg learning share: two players, no state,
+    and a CG solve with the follower's own block of the game Jacobian (settings
+    ``tol``, ``maxiter``, ``damping``)."""
+
+    first_order = False
+    tol = Setting.number(low=0.0, low_open=True)
+    maxiter = Setting.number(optional=True, low=1, integer=True)
+    damping = Setting.number(low=0.0)
+
+    def init_state(self, game: GameView) -> NoState:
+        if len(game.players) != 2:
+            raise ValueError(f"{type(self).__name__} is for two-player games, got {len(game.players)} players")
+        return {}
+
+    def identity(self) -> dict[str, Any]:
+        """Without ``damping`` when it is 0: the run of a checkpoint from before the
+        setting existed (the same iterates)."""
+        identity = super().identity()
+        if identity["settings"].get("damping") == 0:
+            del identity["settings"]["damping"]
+        return identity
+
+    def _solve(self, lin: Linearization, i: int, b: Vec, block: str, operator: str) -> Vec:
+        """(A + λI)⁻¹ b by CG, A = (∂ξ_i/∂w_i)ᵀ (player i's own block of the game
+        Jacobian, written ``operator``) and λ = ``damping``. A breakdown (A singular
+        along a direction) raises :class:`~gameopt.linalg.BreakdownError` naming
+        ``block`` and player i."""
+        damping = self.damping
+
+        def matvec(c: Vec) -> Vec:
+            out = lin.block_vjp_parts(i, i, c)
+            return out.add_(c, alpha=damping) if damping else out
+
+        try:
+            z, _ = cg(matvec, b, tol=self.tol, maxiter=self.maxiter)
+        except BreakdownError as err:
+            name, kind = self.param_groups[i]["player"], type(self).__name__
+            raise BreakdownError(
+                f"{kind}: {block} of player {name!r} is singular (CG met a direction of zero curvature; "
+                f"a bilinear game's is 0), so the step is not defined; nothing changed. Regularize it: "
+                f"{kind}(..., damping=1e-3) solves with {operator} + damping·I"
+            ) from err
+        return z
 
 
-def _identity(identity: dict[str, Any]) -> dict[str, Any]:
-    """An identity without ``damping`` when it is 0: the run of a checkpoint from before
-    the setting existed (the same iterates)."""
-    if identity["settings"].get("damping") == 0:
-        del identity["settings"]["damping"]
-    return identity
-
-
-def _solve(algorithm: Algorithm, lin: Linearization, i: int, b: Vec, block: str, operator: str) -> Vec:
-    """(A + λI)⁻¹ b by CG, A = (∂ξ_i/∂w_i)ᵀ (player i's own block of the game Jacobian,
-    written ``operator``) and λ the algorithm's ``damping``. A breakdown (A singular
-    along a direction) raises :class:`~gameopt.linalg.BreakdownError` naming ``block``
-    and player i."""
-    damping = algorithm.damping
-
-    def matvec(c: Vec) -> Vec:
-        out = lin.block_vjp_parts(i, i, c)
-        return out.add_(c, alpha=damping) if damping else out
-
-    try:
-        z, _ = cg(matvec, b, tol=algorithm.tol, maxiter=algorithm.maxiter)
-    except BreakdownError as err:
-        name, kind = algorithm.param_groups[i]["player"], type(algorithm).__name__
-        raise BreakdownError(
-            f"{kind}: {block} of player {name!r} is singular (CG met a direction of zero curvature; "
-            f"a bilinear game's is 0), so the step is not defined; nothing changed. Regularize it: "
-            f"{kind}(..., damping=1e-3) solves with {operator} + damping·I"
-        ) from err
-    return z
-
-
-def _two_players(name: str, game: GameView) -> None:
-    if len(game.players) != 2:
-        raise ValueError(f"{name} is for two-player games, got {len(game.players)} players")
-
-
-class FollowTheRidge(Algorithm[NoState]):
+class FollowTheRidge(_Sequential):
     """Follow-the-Ridge (Wang, Zhang & Ba 2020, "On Solving Minimax Optimization
     Locally: A Follow-the-Ridge Approach", https://arxiv.org/abs/1910.07512), for
     two-player zero-sum games given as losses (f, −f): x (player 0) minimizes f and
@@ -89,19 +91,10 @@ class FollowTheRidge(Algorithm[NoState]):
             along a direction CG took and ``damping`` 0.
     """
 
-    first_order = False
-
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, tol: float = 1e-20, maxiter: int | None = None, damping: float = 0.0
     ) -> None:
-        super().__init__(lr, None, **_solver(tol, maxiter, damping))
-
-    def init_state(self, game: GameView) -> NoState:
-        _two_players("FollowTheRidge", game)
-        return {}
-
-    def identity(self) -> dict[str, Any]:
-        return _identity(super().identity())
+        super().__init__(lr, None, tol=tol, maxiter=maxiter, damping=damping)
 
     def update(self, oracle: Oracle, state: NoState) -> tuple[Vec, NoState]:
         lin = oracle.linearize()
@@ -110,13 +103,13 @@ class FollowTheRidge(Algorithm[NoState]):
         grad_x = Vec(layout.player_views(lin.xi, 0))  # ξ_x = ∇_x f
         rhs = lin.block_vjp_parts(0, 1, grad_x)  # (∂ξ_x/∂y)ᵀ ∇_x f = H_yx ∇_x f
         # (∂ξ_y/∂y)ᵀ c = −H_yy c: z = (−H_yy + λI)⁻¹ H_yx ∇_x f
-        z = _solve(self, lin, 1, rhs, "the Hessian ∇²_yy f", "−∇²_yy f")
+        z = self._solve(lin, 1, rhs, "the Hessian ∇²_yy f", "−∇²_yy f")
         delta = oracle.scaled(lin.xi, [-eta_x, -eta_y])  # (−η_x ∇_x f, +η_y ∇_y f)
         Vec(layout.player_views(delta, 1)).add_(z, alpha=-eta_x)
         return delta, {}
 
 
-class Stackelberg(Algorithm[NoState]):
+class Stackelberg(_Sequential):
     """Implicit Stackelberg learning (Fiez, Chasnov & Ratliff 2020, "Implicit Learning
     Dynamics in Stackelberg Games: Equilibria Characterization, Convergence Analysis,
     and Empirical Study", https://arxiv.org/abs/1906.01217), for two general-sum
@@ -151,7 +144,7 @@ class Stackelberg(Algorithm[NoState]):
             along a direction CG took and ``damping`` 0.
     """
 
-    first_order = False
+    leader = Setting.number(low=0, high=1, integer=True)
 
     def __init__(
         self,
@@ -161,22 +154,14 @@ class Stackelberg(Algorithm[NoState]):
         maxiter: int | None = None,
         damping: float = 0.0,
     ) -> None:
-        leader = check_number("leader", leader, low=0, high=1, integer=True)
-        super().__init__(lr, None, leader=leader, **_solver(tol, maxiter, damping))
-
-    def init_state(self, game: GameView) -> NoState:
-        _two_players("Stackelberg", game)
-        return {}
-
-    def identity(self) -> dict[str, Any]:
-        return _identity(super().identity())
+        super().__init__(lr, None, leader=leader, tol=tol, maxiter=maxiter, damping=damping)
 
     def update(self, oracle: Oracle, state: NoState) -> tuple[Vec, NoState]:
         lin = oracle.linearize()
         lead, follow, layout = self.leader, 1 - self.leader, oracle.layout
         cross = Vec(layout.player_views(lin.cross_gradients()[lead], follow))  # ∇_y f₁
         f = f"f_{follow + 1}"
-        z = _solve(self, lin, follow, cross, f"the follower's Hessian ∇²_yy {f}", f"∇²_yy {f}")
+        z = self._solve(lin, follow, cross, f"the follower's Hessian ∇²_yy {f}", f"∇²_yy {f}")
         correction = lin.block_vjp_parts(follow, lead, z)  # ∇²_xy f₂ z
         delta = oracle.scaled(lin.xi, [-lr for lr in self.lrs])
         Vec(layout.player_views(delta, lead)).add_(correction, alpha=self.lrs[lead])
