@@ -73,15 +73,8 @@ def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], Mapping[
     metrics: Mapping[str, Any] = _NO_METRICS
     if isinstance(out, Tensor):
         out = list(out.unbind()) if out.dim() == 1 else [out]
-    elif out is None:
-        raise LossError(
-            "losses returned None: the losses callable must return one scalar loss per player (did it forget `return`?)"
-        )
-    elif not isinstance(out, Iterable):
-        raise LossError(
-            f"losses returned a {type(out).__name__}: the losses callable must return one scalar loss per player "
-            "(a tuple or list of 0-d tensors, optionally followed by a dict of metrics)"
-        )
+    elif not isinstance(out, (tuple, list)):  # the usual returns skip the two checks
+        _check_sequence(out)
     out = list(out)
     if len(out) == len(names) + 1 and isinstance(out[-1], dict):
         metrics = out.pop()
@@ -97,6 +90,19 @@ def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], Mapping[
         if not loss.is_floating_point():
             raise _not_floating(loss, name)
     return out, metrics
+
+
+def _check_sequence(out: Any) -> None:
+    """Refuse a return value of the losses that holds no losses: None, or not iterable."""
+    if out is None:
+        raise LossError(
+            "losses returned None: the losses callable must return one scalar loss per player (did it forget `return`?)"
+        )
+    if not isinstance(out, Iterable):
+        raise LossError(
+            f"losses returned a {type(out).__name__}: the losses callable must return one scalar loss per player "
+            "(a tuple or list of 0-d tensors, optionally followed by a dict of metrics)"
+        )
 
 
 def _not_floating(loss: Tensor, name: str) -> LossError:
