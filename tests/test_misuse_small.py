@@ -161,6 +161,8 @@ def test_a_checkpoint_inside_averaged_is_refused_and_one_after_it_resumes(outer)
             game.optimizer.step(game.losses)
         game.vector_field()  # evaluating at w̄ is what the block is for
     assert _same(iterate, _params(game))
+    with pytest.raises(KeyError, match="body"), avg.averaged(), avg.averaged(players=[1]):  # nested, and raising
+        raise KeyError("body")
     after = game.state_dict()  # the iterate, and a resume matches the run
     assert_same_state(after, good)  # the refused calls changed nothing
     twin, _ = _averaged_game(outer)
