@@ -22,10 +22,13 @@ from its own batch.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+from . import debug
 
 __all__ = ["magic_box", "objective"]
 
@@ -51,6 +54,36 @@ def _check(name: str, t: Tensor, shape: torch.Size | None) -> None:
         raise ValueError(f"{name} must have shape (T, B) (steps, episodes), got {tuple(t.shape)}")
     if shape is not None and t.shape != shape:
         raise ValueError(f"{name} has shape {tuple(t.shape)}, the rewards {tuple(shape)}")
+    if shape is None and 0 in t.shape:
+        what = "no steps (T = 0)" if t.shape[0] == 0 else "no episodes (B = 0)"
+        raise ValueError(f"{name} has shape {tuple(t.shape)}: {what}; the objective needs at least one of each")
+
+
+def _discount(value: object) -> float:
+    """γ as a float in [0, 1]: a real number (a 0-d tensor too), not a string or a bool."""
+    ok = isinstance(value, numbers.Real) or (isinstance(value, Tensor) and value.numel() == 1)
+    if not ok or isinstance(value, bool) or (isinstance(value, Tensor) and not value.is_floating_point()):
+        raise ValueError(f"discount must be a number in [0, 1], got {value!r} ({type(value).__name__})")
+    discount = float(value)
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {discount}")
+    return discount
+
+
+def _check_finite(value: Tensor, inputs: dict[str, Tensor]) -> None:
+    """Refuse a non-finite objective, naming the first input that is not finite."""
+    value = value.detach()
+    if bool(torch.isfinite(value)):
+        return
+    for name, t in inputs.items():
+        bad = int((~torch.isfinite(t.detach())).sum())
+        if bad:
+            raise ValueError(
+                f"{name} holds {bad} non-finite value(s) (NaN or ±inf), so the DiCE objective is {float(value)}: "
+                "log-probabilities, rewards and baselines must be finite (a sampled action of probability 0 "
+                "has log π = -inf)"
+            )
+    raise ValueError(f"the DiCE objective overflowed to {float(value)} from finite inputs: scale the rewards down")
 
 
 def objective(logps: Sequence[Tensor], rewards: Tensor, discount: float, baseline: Tensor | None = None) -> Tensor:
@@ -87,7 +120,13 @@ def objective(logps: Sequence[Tensor], rewards: Tensor, discount: float, baselin
 
     Raises:
         TypeError, ValueError: for inputs of the wrong type or shape, an empty
-            ``logps`` or a discount outside [0, 1].
+            ``logps``, no steps or no episodes (T = 0 or B = 0), a discount that is
+            not a number in [0, 1].
+        ValueError: a non-finite objective (a NaN or infinite log-probability,
+            reward or baseline, named). Checked on the CPU, where reading the value
+            costs nothing; on other devices only in debug mode
+            (:mod:`gameopt.debug`), as the read is a host synchronisation (a game
+            still refuses the non-finite step: :class:`~gameopt.NonFiniteError`).
     """
     logps = list(logps)
     if not logps:
@@ -97,13 +136,14 @@ def objective(logps: Sequence[Tensor], rewards: Tensor, discount: float, baselin
         _check(f"logps[{k}]", lp, rewards.shape)
     if baseline is not None:
         _check("baseline", baseline, rewards.shape)
-    discount = float(discount)
-    if not 0.0 <= discount <= 1.0:
-        raise ValueError(f"discount must be in [0, 1], got {discount}")
+    discount = _discount(discount)
     steps = torch.arange(rewards.shape[0], device=rewards.device, dtype=rewards.dtype)
     weights = (discount**steps).unsqueeze(1)  # γᵗ, (T, 1)
     joint = torch.stack(logps).sum(0)  # Σ_agents log π(a_t), (T, B)
     value = (weights * rewards * magic_box(torch.cumsum(joint, 0))).sum(0).mean()
     if baseline is not None:
         value = value + (weights * (1 - magic_box(joint)) * baseline.detach()).sum(0).mean()
+    if value.device.type == "cpu" or debug.enabled():  # elsewhere the read is a host sync: debug mode only
+        inputs = {**{f"logps[{k}]": lp for k, lp in enumerate(logps)}, "rewards": rewards}
+        _check_finite(value, inputs if baseline is None else {**inputs, "baseline": baseline})
     return value

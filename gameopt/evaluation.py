@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -37,9 +37,10 @@ T = TypeVar("T")
 
 
 class LossError(ValueError):
-    """The losses callable returned something that is not one scalar loss per player,
-    or a player's loss does not depend on its parameters. Raised before anything
-    changes; a ``ValueError``."""
+    """The losses callable returned something that is not one real floating-point
+    scalar loss per player (None, an integer, boolean or complex tensor, ...), or a
+    player's loss does not depend on its parameters. Raised before anything changes;
+    a ``ValueError``."""
 
 
 #: what a step without metrics holds: one empty read-only mapping, shared
@@ -72,6 +73,8 @@ def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], Mapping[
     metrics: Mapping[str, Any] = _NO_METRICS
     if isinstance(out, Tensor):
         out = list(out.unbind()) if out.dim() == 1 else [out]
+    elif not isinstance(out, (tuple, list)):  # the usual returns skip the two checks
+        _check_sequence(out)
     out = list(out)
     if len(out) == len(names) + 1 and isinstance(out[-1], dict):
         metrics = out.pop()
@@ -84,7 +87,32 @@ def split_losses(out: Any, names: Sequence[str]) -> tuple[list[Tensor], Mapping[
         if not isinstance(loss, Tensor) or loss.numel() != 1:
             what = tuple(loss.shape) if isinstance(loss, Tensor) else type(loss).__name__
             raise LossError(f"the loss of player {name!r} is not a scalar tensor (got {what})")
+        if not loss.is_floating_point():
+            raise _not_floating(loss, name)
     return out, metrics
+
+
+def _check_sequence(out: Any) -> None:
+    """Refuse a return value of the losses that holds no losses: None, or not iterable."""
+    if out is None:
+        raise LossError(
+            "losses returned None: the losses callable must return one scalar loss per player (did it forget `return`?)"
+        )
+    if not isinstance(out, Iterable):
+        raise LossError(
+            f"losses returned a {type(out).__name__}: the losses callable must return one scalar loss per player "
+            "(a tuple or list of 0-d tensors, optionally followed by a dict of metrics)"
+        )
+
+
+def _not_floating(loss: Tensor, name: str) -> LossError:
+    """The error for a loss that is an integer, boolean or complex tensor."""
+    kind = "a boolean" if loss.dtype == torch.bool else "a complex" if loss.is_complex() else "an integer"
+    return LossError(
+        f"the loss of player {name!r} is {kind} tensor ({loss.dtype}): losses must be real floating-point "
+        "scalars with a graph to the players' parameters (an integer or boolean tensor has no gradient: "
+        "compute the loss in floating point, not through a comparison, argmax or .long())"
+    )
 
 
 def check_zero_sum(losses: Sequence[Tensor], needs: str, nonfinite_ok: bool = False) -> None:

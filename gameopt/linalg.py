@@ -22,7 +22,22 @@ from .vec import Vec, dot
 
 MatVec = Callable[[Vec], Vec]
 
-__all__ = ["MatVec", "cg", "dot", "gmres"]
+__all__ = ["BreakdownError", "MatVec", "cg", "dot", "gmres"]
+
+
+class BreakdownError(ArithmeticError):
+    """CG met a search direction p of zero curvature, pᵀAp = 0, before the residual
+    vanished: the operator is singular (or indefinite) along p, and CG cannot go on.
+    Callers name the operator and what to do (a damping, a regularization); nothing
+    catches it to compute something else."""
+
+
+def _breakdown() -> BreakdownError:
+    return BreakdownError(
+        "CG broke down: a search direction p has zero curvature (pᵀAp = 0) while the residual is not 0, "
+        "so the operator is singular (or indefinite) and the system has no solution CG can reach; "
+        "regularize it (solve (A + λI) x = b with λ > 0)"
+    )
 
 
 def cg(
@@ -40,6 +55,10 @@ def cg(
     package's ACGD), when r = 0, or after ``maxiter`` iterations (default: the
     dimension). ``check_every``: read the residual on the host every this many
     iterations (default: 1 on the CPU, 8 elsewhere; see the module docstring).
+
+    Raises:
+        BreakdownError: a direction p with pᵀAp = 0 before convergence (a singular
+            operator: a zero matrix, or b outside its range).
     """
     b = Vec(b)
     if maxiter is None:
@@ -61,7 +80,10 @@ def cg(
     it = 0
     for it in range(1, maxiter + 1):  # noqa: B007 (read after the loop)
         ap = Vec(matvec(p))
-        alpha = rr / float(p.dot(ap))
+        curvature = float(p.dot(ap))
+        if curvature == 0:
+            raise _breakdown()
+        alpha = rr / curvature
         x.add_(p, alpha=alpha)
         r.add_(ap, alpha=-alpha)
         new_rr = float(r.dot(r))
@@ -76,7 +98,8 @@ def _cg_on_device(
     matvec: MatVec, b: Vec, x: Vec, r: Vec, tol: float, atol: float, maxiter: int, check_every: int
 ) -> tuple[Vec, int]:
     """CG with its scalars on the device: once converged, α = β = 0 (x and r stay),
-    so reading the flag every ``check_every`` iterations changes no iterate."""
+    so reading the flag every ``check_every`` iterations changes no iterate. A
+    breakdown (pᵀAp = 0) stops it the same way and is read with the count, at the end."""
     rr = r.dot(r)
     threshold = tol * b.dot(b)
 
@@ -84,6 +107,7 @@ def _cg_on_device(
         return (value == 0) | (value < threshold) | (value < atol)
 
     done = converged(rr)
+    broke = torch.zeros_like(done)
     iterations = torch.zeros((), dtype=torch.int64, device=rr.device)
     p = r.clone()
     zero = torch.zeros_like(rr)
@@ -91,7 +115,10 @@ def _cg_on_device(
         if (it - 1) % check_every == 0 and bool(done):
             break
         ap = Vec(matvec(p))
-        alpha = torch.where(done, zero, rr / p.dot(ap))
+        curvature = p.dot(ap)
+        broke |= ~done & (curvature == 0)
+        done = done | broke
+        alpha = torch.where(done, zero, rr / curvature)
         x += p * alpha
         r -= ap * alpha
         new_rr = r.dot(r)
@@ -100,7 +127,10 @@ def _cg_on_device(
         rr = torch.where(done, rr, new_rr)
         done = done | converged(rr)
         p = r + p * beta
-    return x, int(iterations)
+    count, failed = torch.stack([iterations, broke.to(torch.int64)]).tolist()  # one read
+    if failed:
+        raise _breakdown()
+    return x, count
 
 
 def gmres(

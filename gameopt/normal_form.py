@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -15,7 +16,7 @@ def _against_others(payoff: Tensor, strategies: Sequence[Tensor], i: int) -> Ten
     t = payoff
     for j in reversed(range(len(strategies))):  # the last axes first: earlier indices stay
         if j != i:
-            t = torch.tensordot(t, strategies[j].to(t), dims=([j], [0]))
+            t = torch.tensordot(t, strategies[j], dims=([j], [0]))
     return t
 
 
@@ -37,22 +38,52 @@ def nash_conv(payoffs: Sequence[Tensor], strategies: Sequence[Tensor]) -> Tensor
         a 0-d tensor (differentiable where the max is attained once).
 
     Raises:
-        ValueError: shapes that do not fit, or a strategy that is not a probability
-            vector (negative entries, or a sum off 1 by more than √ε of its dtype).
+        ValueError: shapes that do not fit, complex tensors, or a strategy that is not a
+            probability vector (not 1-D, negative or NaN entries, or a sum off 1 by more
+            than √ε of its dtype; exactly 1 for an integer strategy).
+
+    It is computed in the promoted dtype of the payoffs and strategies, or in torch's
+    default dtype where both are integers (exact payoffs such as rock-paper-scissors').
     """
     n = len(payoffs)
     if n == 0 or len(strategies) != n:
         raise ValueError(f"nash_conv needs one strategy per player: got {n} payoffs and {len(strategies)} strategies")
-    shape = tuple(s.shape[0] if s.dim() == 1 else -1 for s in strategies)
+    for i, s in enumerate(strategies):
+        _check_strategy(i, s)
+    shape = tuple(s.shape[0] for s in strategies)
     for i, p in enumerate(payoffs):
         if tuple(p.shape) != shape:
             raise ValueError(f"payoffs[{i}] has shape {tuple(p.shape)}, the strategies' lengths give {shape}")
-    for i, s in enumerate(strategies):
-        tol = torch.finfo(s.dtype).eps ** 0.5 if s.is_floating_point() else 0.0
-        if bool((s < 0).any()) or abs(float(s.sum()) - 1.0) > tol:
-            raise ValueError(f"strategies[{i}] is not a probability vector: {s.tolist()}")
+        if p.is_complex():
+            raise ValueError(f"payoffs[{i}] must be real, got {p.dtype}")
+    dtype = _common_float([*payoffs, *strategies])
+    device = payoffs[0].device
+    payoffs = [p.to(device=device, dtype=dtype) for p in payoffs]
+    strategies = [s.to(device=device, dtype=dtype) for s in strategies]
     total = payoffs[0].new_zeros(())
     for i in range(n):
         values = _against_others(payoffs[i], strategies, i)
-        total = total + (values.max() - values @ strategies[i].to(values))
+        total = total + (values.max() - values @ strategies[i])
     return total
+
+
+def _check_strategy(i: int, s: Tensor) -> None:
+    """Refuse a strategy that is not a real probability vector: not 1-D, an entry that
+    is negative or NaN, or a sum off 1 by more than √ε of its dtype (exactly 1 for
+    integers)."""
+    if not isinstance(s, Tensor) or s.dim() != 1 or s.is_complex():
+        got = f"shape {tuple(s.shape)} and {s.dtype}" if isinstance(s, Tensor) else type(s).__name__
+        raise ValueError(f"strategies[{i}] must be a real vector (a 1-D tensor), got {got}")
+    tol = torch.finfo(s.dtype).eps ** 0.5 if s.is_floating_point() else 0.0
+    total = float(s.sum())
+    if not bool((s >= 0).all()) or not abs(total - 1.0) <= tol:  # NaN fails both comparisons
+        raise ValueError(
+            f"strategies[{i}] is not a probability vector (entries >= 0, summing to 1 within {tol:.3g}): {s.tolist()}"
+        )
+
+
+def _common_float(tensors: Sequence[Tensor]) -> torch.dtype:
+    """The dtype NashConv is computed in: the tensors' promoted dtype if it is a
+    floating-point one, else (integer payoffs and strategies) torch's default."""
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
+    return dtype if dtype.is_floating_point else torch.get_default_dtype()

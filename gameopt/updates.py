@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_number
+from .settings import Setting
 from .vec import Vec
 
 State = dict[str, Any]
@@ -75,6 +76,9 @@ class UpdateRule:
       them) and hands the groups' values to the rule before each step; :meth:`check`
       checks such a value.
     * ``nonnegative``: state entries checked non-negative when a checkpoint loads.
+
+    Settings are :class:`~gameopt.settings.Setting` descriptors of the class, checked
+    whenever they are set (``rule.eps = -1`` raises ``ValueError`` and changes nothing).
     """
 
     #: whether ``apply`` takes the memory flags ``scratch`` and ``own_state``
@@ -188,7 +192,7 @@ class Momentum(UpdateRule):
         nesterov: use d + μ b instead of b.
 
     Raises:
-        ValueError: ``momentum`` outside (−1, 1).
+        ValueError: ``momentum`` outside (−1, 1), ``nesterov`` not a bool.
 
     References:
         - Polyak 1964, Some methods of speeding up the convergence of iteration methods
@@ -198,10 +202,12 @@ class Momentum(UpdateRule):
 
     memory_flags = True
     schedulable = ("momentum",)
+    momentum = Setting.schedulable()
+    nesterov = Setting.flag()
 
     def __init__(self, momentum: float = 0.9, nesterov: bool = False) -> None:
-        self.momentum = self.check("momentum", momentum)
-        self.nesterov = bool(nesterov)
+        self.momentum = momentum
+        self.nesterov = nesterov
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         return check_number(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
@@ -258,10 +264,12 @@ class Adam(UpdateRule):
     memory_flags = True
     schedulable = ("betas",)
     nonnegative = ("v",)
+    betas = Setting.schedulable()
+    eps = Setting.number(low=0.0)
 
     def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-        self.betas = self.check("betas", betas)
-        self.eps = check_number("eps", eps, low=0.0)
+        self.betas = betas
+        self.eps = eps
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         path = path or name
@@ -355,13 +363,16 @@ class RMSProp(UpdateRule):
     memory_flags = True
     schedulable = ("decay",)
     nonnegative = ("v",)
+    decay = Setting.schedulable()
+    eps = Setting.number(low=0.0)
+    convention = Setting.choice(*sorted(DEFAULTS))
 
     def __init__(self, decay: float | None = None, eps: float | None = None, convention: str = "torch") -> None:
-        if convention not in self.DEFAULTS:
+        if not isinstance(convention, str) or convention not in self.DEFAULTS:  # before its defaults are read
             raise ValueError(f"convention must be one of {sorted(self.DEFAULTS)}, got {convention!r}")
         default_decay, default_eps = self.DEFAULTS[convention]
-        self.decay = self.check("decay", default_decay if decay is None else decay)
-        self.eps = check_number("eps", default_eps if eps is None else eps, low=0.0)
+        self.decay = default_decay if decay is None else decay
+        self.eps = default_eps if eps is None else eps
         self.convention = convention
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
@@ -527,13 +538,14 @@ class NuPI(UpdateRule):
     """
 
     memory_flags = True
+    kp = Setting(lambda rule, name, value: _gain(rule, name, value, other="ki"))
+    ki = Setting(lambda rule, name, value: _gain(rule, name, value, other="kp"))
+    ema = Setting.number(low=-1.0, high=1.0, low_open=True, high_open=True)
 
     def __init__(self, kp: float = 0.0, ki: float = 1.0, ema: float = 0.0) -> None:
-        self.kp = check_number("kp", kp, low=0.0)
-        self.ki = check_number("ki", ki, low=0.0)
-        if self.kp == 0 and self.ki == 0:
-            raise ValueError("NuPI needs kp > 0 or ki > 0 (both are 0: it would not move)")
-        self.ema = check_number("ema", ema, low=-1.0, high=1.0, low_open=True, high_open=True)
+        self.kp = kp
+        self.ki = ki
+        self.ema = ema
 
     def init(self, like: list[Tensor]) -> State:
         return {"e": Vec(torch.zeros_like(t) for t in like), "t": 0}
@@ -554,3 +566,13 @@ class NuPI(UpdateRule):
             else:
                 torch.mul(e0, self.ema, out=e1).add_(x, alpha=1 - self.ema)
         return out, {"e": e, "t": state["t"] + 1}
+
+
+def _gain(rule: NuPI, name: str, value: Any, other: str) -> float:
+    """A gain of :class:`NuPI`: a number ≥ 0, not 0 while the ``other`` gain is 0."""
+    gain = check_number(name, value, low=0.0)
+    if gain == 0 and rule.__dict__.get(other) == 0:
+        raise ValueError(
+            f"{name} must be > 0 while {other} is 0: NuPI needs kp > 0 or ki > 0 (both are 0: it would not move)"
+        )
+    return gain

@@ -18,10 +18,11 @@ What it holds (each name documented where it is defined):
   borrowed and what is the caller's (:class:`gameopt.protocols.OracleInterface`);
 * ``Linearization``: ξ with its graph, for Jv, Jᵀv, block and shaping products
   (:class:`gameopt.protocols.Linearization`);
-* ``Algorithm``, ``Wrapper``, ``Hyper``: the base classes and the declaration of a
-  schedulable hyperparameter (:class:`gameopt.Algorithm`, :class:`gameopt.Wrapper`,
-  :class:`gameopt.Hyper`), with what an algorithm declares on its class
-  (``first_order``; ``evaluates_once``: one ``oracle.xi()`` per step);
+* ``Algorithm``, ``Wrapper``, ``Hyper``, ``Setting``: the base classes and the
+  declarations of a schedulable hyperparameter and of a fixed setting, each checked
+  whenever it is set (:class:`gameopt.Algorithm`, :class:`gameopt.Wrapper`,
+  :class:`gameopt.Hyper`, :class:`gameopt.settings.Setting`), with what an algorithm
+  declares on its class (``first_order``; ``evaluates_once``: one ``oracle.xi()`` per step);
 * ``UpdateRule`` and ``RuleState``: the per-player update rules an algorithm
   composes with (``self.descend`` applies one) and their state, with their declared
   capabilities (``memory_flags``; the optional ``extrapolate``/``resume``;
@@ -49,7 +50,7 @@ from ..updates import State as RuleState
 from ..updates import UpdateRule
 from ..updates import apply as apply_rule
 from ..vec import Vec
-from .base import Algorithm, Hyper, Wrapper
+from .base import Algorithm, Hyper, Setting, Wrapper
 
 __all__ = [
     "ACGDState",
@@ -69,6 +70,7 @@ __all__ = [
     "Oracle",
     "PastExtragradientState",
     "RuleState",
+    "Setting",
     "State",
     "UpdateRule",
     "Vec",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from .. import _torch_compat as tc
 from .api import AveragingState
-from .base import Algorithm, Wrapper, check_number
+from .base import Algorithm, Setting, Wrapper, check_number
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -55,11 +55,13 @@ class Averaging(Wrapper[AveragingState]):
           <https://arxiv.org/abs/1806.04498>`_
     """
 
+    kind = Setting.choice("uniform", "ema")
+    decay = Setting.number(low=0.0, high=1.0, high_open=True)
+    start = Setting.number(low=0, integer=True)
+    _swapped = 0  # how many averaged() blocks hold w̄ in the parameters now (they nest)
+
     def __init__(self, base: Algorithm, kind: str = "uniform", decay: float = 0.999, start: int = 0) -> None:
-        if not isinstance(kind, str) or kind not in ("uniform", "ema"):
-            raise ValueError(f"kind must be 'uniform' or 'ema', got {kind!r}")
-        decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
-        super().__init__(base, kind=kind, decay=decay, start=check_number("start", start, low=0, integer=True))
+        super().__init__(base, kind=kind, decay=decay, start=start)
 
     def init_state(self, game: GameView) -> AveragingState:
         return {"base": self.base.init_state(game), "avg": game.layout.data.clone(), "count": 0}
@@ -85,9 +87,12 @@ class Averaging(Wrapper[AveragingState]):
     def averaged(self, players: Sequence[int] | None = None) -> Iterator[None]:
         """Within the block, the parameters of all players (or of the indices in
         ``players``) hold w̄; on exit, also on an exception, they are restored bit
-        for bit. For evaluation: a step inside would be undone, not its state. The
-        block holds the game's lock: another thread's step or ``state_dict`` waits
-        until it ends."""
+        for bit. For evaluation (``game.vector_field()``, the losses, the modules):
+        a step inside the block is refused (it would start from w̄, and its move
+        would be undone on exit but not its state), and so is a checkpoint
+        (``game.state_dict()`` would save w̄ as the iterate, a load would be undone
+        on exit): ``RuntimeError``, nothing changed. The block holds the game's
+        lock: another thread's step or ``state_dict`` waits until it ends."""
         if self.game is None:
             self._bound()  # raises
         with self.game.lock:  # another thread's step waits for the block to end
@@ -99,6 +104,7 @@ class Averaging(Wrapper[AveragingState]):
                 check_number(f"players[{k}]", i, low=0, high=n - 1, integer=True)
             saved = [t.clone() for t in layout.data]
             try:
+                self._swapped += 1
                 with torch.no_grad():
                     for i in which:
                         tc.foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
@@ -106,6 +112,30 @@ class Averaging(Wrapper[AveragingState]):
             finally:
                 with torch.no_grad():
                     tc.foreach_copy_(layout.data, saved)
+                self._swapped -= 1
+
+    def _refuse_in_block(self, what: str, why: str) -> None:
+        if self._swapped:
+            raise RuntimeError(
+                f"{what} inside Averaging.averaged() is refused: the parameters hold the average w̄ there, "
+                f"not the iterate, so {why}; nothing changed. Call it after the block"
+            )
+
+    def check_groups(self) -> None:
+        """:meth:`Wrapper.check_groups`, refused inside :meth:`averaged` (a step's first call)."""
+        self._refuse_in_block("a step", "it would start from w̄ and the block would undo its move, not its state")
+        super().check_groups()
+
+    def identity(self) -> dict[str, Any]:
+        """:meth:`Wrapper.identity`, refused inside :meth:`averaged`: every checkpoint
+        (``state_dict``, ``check_state_dict``, ``load_state_dict``, of the game or its
+        optimizer) asks for it, also when this one is the base of another wrapper."""
+        self._refuse_in_block(
+            "a checkpoint (state_dict or load_state_dict)",
+            "a checkpoint would resume from w̄ and a load would be undone when the block ends "
+            "(the average itself is in the checkpoint's algorithm state; algo.average() gives it)",
+        )
+        return super().identity()
 
     def _bound(self) -> tuple[GameView, Vec]:
         if self.game is None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..checks import check_bool, check_number, check_per_player
+from ..settings import Setting
 from ..state import check_like, clone_state, moved_like, retyped, tensors_in
 from ..updates import PerPlayer, Plain, State, UpdateRule, apply, rule_from
 from ..vec import Vec
@@ -19,10 +20,14 @@ if TYPE_CHECKING:
     from ..protocols import GameView, OracleInterface
 
 
-__all__ = ["Algorithm", "Hyper", "Wrapper", "check_bool", "check_number", "check_per_player"]
+__all__ = ["Algorithm", "Hyper", "Setting", "Wrapper", "check_bool", "check_number", "check_per_player"]
 
 #: an algorithm's state: a dict, typed per algorithm (a ``TypedDict`` of :mod:`gameopt.algorithms.api`)
 S = TypeVar("S")
+
+
+#: how a bind's length error names each per-player argument, and its single form
+_PER_PLAYER = {"lr": ("learning rates", "float"), "update": ("rules", "rule (not a list)")}
 
 
 def _check_lr(lr: float | Sequence[float]) -> float | list[float]:
@@ -40,6 +45,16 @@ def _immutable(value: Any) -> bool:
     if type(value) is tuple:
         return all(map(_immutable, value))
     return value is None or type(value) in (float, int, str, bool)
+
+
+def _renew(rule: UpdateRule, name: str, value: Any) -> None:
+    """Give ``rule`` a value of a schedulable setting that ``rule.check`` just checked:
+    past its :class:`~gameopt.settings.Setting`, whose check is that one (not twice
+    per step)."""
+    if isinstance(getattr(type(rule), name, None), Setting):
+        rule.__dict__[name] = value
+    else:
+        setattr(rule, name, value)
 
 
 def _shared(owner: str, name: str, values: list[Any]) -> Any:
@@ -170,8 +185,14 @@ class Algorithm(Generic[S]):
 
     Subclasses implement :meth:`init_state` and :meth:`update`. Names: :class:`Hyper`
     declares a schedulable hyperparameter on the class; :meth:`schedulable_hypers`
-    lists those; :attr:`settings` holds every constructor setting by name.
+    lists those; a :class:`~gameopt.settings.Setting` declares a fixed one (``k =
+    Setting.number(low=1, integer=True)``); both check every assignment, in the
+    constructor or after it (``ValueError``, nothing changed); :attr:`settings`
+    holds every constructor setting by name.
     """
+
+    #: the list of rules given as ``update=[...]`` (one per player; None: one rule for all)
+    _rules_given: list[UpdateRule] | None = None
 
     #: Whether only ξ is used (no Jacobian products); such an algorithm has a
     #: projected or mirror version on feasible sets (see :mod:`gameopt.constraints`).
@@ -187,10 +208,13 @@ class Algorithm(Generic[S]):
         self, lr: float | Sequence[float], update: UpdateRule | Sequence[UpdateRule] | None = None, **settings: Any
     ) -> None:
         """``update``: one update rule, or one per player (see :class:`~gameopt.updates.PerPlayer`).
-        ``settings``: the algorithm's other arguments, already checked; each becomes
-        an attribute (a :class:`Hyper` of the class goes to the param groups)."""
+        ``settings``: the algorithm's other arguments; each becomes an attribute,
+        checked by its descriptor (a :class:`Hyper` of the class goes to the param
+        groups, a :class:`~gameopt.settings.Setting` checks it) or already checked."""
         self._lr: float | list[float] | None = _check_lr(lr)
         self._setup(rule_from(update), settings)
+        if isinstance(update, (list, tuple)):  # one rule per player: its length is checked when bound
+            self._rules_given = list(update)
 
     def _setup(self, rule: UpdateRule, settings: dict[str, Any]) -> None:
         """What every constructor sets beside the learning rates (a :class:`Wrapper`
@@ -245,10 +269,15 @@ class Algorithm(Generic[S]):
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
         per_player = {"lr": lrs, **{k: v for k, v in self.settings.items() if isinstance(v, list)}}
+        if self._rules_given is not None:
+            per_player["update"] = self._rules_given
         for key, values in per_player.items():
             if len(values) != n:
-                what = "learning rates" if key == "lr" else f"values of {key}"
-                raise ValueError(f"{type(self).__name__} got {len(values)} {what} for {n} players")
+                what, one = _PER_PLAYER.get(key, (f"values of {key}", "value"))
+                raise ValueError(
+                    f"{type(self).__name__} got {len(values)} {what} for {n} players: "
+                    f"give one per player, or one {one} for all"
+                )
         if isinstance(self.rule, PerPlayer):
             self.rule.bind(game.layout.player_views, n)
         scheduled = [
@@ -284,11 +313,11 @@ class Algorithm(Generic[S]):
         if isinstance(rule, PerPlayer):  # each player's rule reads its own group
             for k, (own, g) in enumerate(zip(rule.rules, self.param_groups)):
                 for name in own.schedulable:
-                    setattr(own, name, own.check(name, g[name], f"param_groups[{k}].{name}"))
+                    _renew(own, name, own.check(name, g[name], f"param_groups[{k}].{name}"))
             return
         for name in rule.schedulable:
             values = [rule.check(name, g[name], f"param_groups[{k}].{name}") for k, g in enumerate(self.param_groups)]
-            setattr(rule, name, _shared(type(rule).__name__, name, values))
+            _renew(rule, name, _shared(type(rule).__name__, name, values))
 
     def _rules(self) -> list[UpdateRule]:
         """The update rules whose settings live in the param groups."""

@@ -12,7 +12,7 @@ from ..evaluation import check_zero_sum
 from ..linalg import MatVec, cg, gmres
 from ..vec import Vec
 from .api import ACGDState, CGDState
-from .base import Algorithm, Hyper, check_bool, check_number
+from .base import Algorithm, Hyper, Setting
 
 if TYPE_CHECKING:
     from .api import GameView, Linearization, Oracle
@@ -99,6 +99,9 @@ class CGD(Algorithm[CGDState]):
     """
 
     first_order = False
+    tol = Setting.number(low=0.0, low_open=True)
+    maxiter = Setting.number(optional=True, low=1, integer=True)
+    zero_sum = Setting.flag()
 
     def __init__(
         self,
@@ -107,10 +110,7 @@ class CGD(Algorithm[CGDState]):
         maxiter: int | None = None,
         zero_sum: bool = False,
     ) -> None:
-        tol = check_number("tol", tol, low=0.0, low_open=True)
-        if maxiter is not None:
-            maxiter = check_number("maxiter", maxiter, low=1, integer=True)
-        super().__init__(lr, None, tol=tol, maxiter=maxiter, zero_sum=check_bool("zero_sum", zero_sum))
+        super().__init__(lr, None, tol=tol, maxiter=maxiter, zero_sum=zero_sum)
 
     def init_state(self, game: GameView) -> CGDState:
         return {"warm": game.layout.zeros()}
@@ -158,6 +158,10 @@ class ACGD(Algorithm[ACGDState]):
 
     first_order = False
     beta = Hyper(low=0.0, high=1.0, high_open=True)
+    eps = Setting.number(low=0.0, low_open=True)
+    tol = Setting.number(low=0.0)
+    atol = Setting.number(low=0.0)
+    maxiter = Setting.number(optional=True, low=1, integer=True)
 
     def __init__(
         self,
@@ -168,14 +172,7 @@ class ACGD(Algorithm[ACGDState]):
         atol: float = 1e-20,
         maxiter: int | None = None,
     ) -> None:
-        hyper = {
-            "beta": beta,
-            "eps": check_number("eps", eps, low=0.0, low_open=True),
-            "tol": check_number("tol", tol, low=0.0),
-            "atol": check_number("atol", atol, low=0.0),
-            "maxiter": None if maxiter is None else check_number("maxiter", maxiter, low=1, integer=True),
-        }
-        super().__init__(lr, None, **hyper)
+        super().__init__(lr, None, beta=beta, eps=eps, tol=tol, atol=atol, maxiter=maxiter)
 
     def init_state(self, game: GameView) -> ACGDState:
         if len(game.players) != 2:

@@ -10,7 +10,7 @@ import torch
 from .. import _torch_compat as tc
 from ..updates import UpdateRule, apply
 from .api import DescentState, OptimisticState
-from .base import Algorithm, check_per_player
+from .base import Algorithm, Setting
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -44,14 +44,14 @@ class Extragradient(Algorithm[DescentState]):
           <https://arxiv.org/abs/1802.10551>`_
     """
 
+    extrapolation_lr = Setting.per_player(optional=True, low=0.0)
+
     def __init__(
         self,
         lr: float | Sequence[float] = 1e-3,
         extrapolation_lr: float | Sequence[float] | None = None,
         update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
-        if extrapolation_lr is not None:
-            extrapolation_lr = check_per_player("extrapolation_lr", extrapolation_lr, low=0.0)
         super().__init__(lr, update, extrapolation_lr=extrapolation_lr)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:

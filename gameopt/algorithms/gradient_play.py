@@ -11,7 +11,7 @@ from .. import _torch_compat as tc
 from ..updates import PerPlayer, UpdateRule
 from ..vec import Vec
 from .api import DescentState
-from .base import Algorithm, State
+from .base import Algorithm, Setting, State
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -72,24 +72,18 @@ class AltGD(Algorithm[DescentState]):
         - Gidel et al. 2019, `Negative Momentum for Improved Game Dynamics <https://arxiv.org/abs/1807.04740>`_
     """
 
+    order = Setting(lambda algo, name, order: _order(order, getattr(algo, "game", None)))
+
     def __init__(
         self,
         lr: float | Sequence[float] = 1e-3,
         update: UpdateRule | Sequence[UpdateRule] | None = None,
         order: Sequence[int] | None = None,
     ) -> None:
-        if order is not None:
-            if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
-                raise TypeError(f"order must be a sequence of player indices, got {order!r}")
-            if not all(isinstance(i, int) and not isinstance(i, bool) for i in order):
-                raise TypeError(f"order must hold player indices (ints), got {list(order)!r}")
-            order = tuple(order)
         super().__init__(lr, update, order=order)
 
     def bind(self, game: GameView) -> None:
-        n = len(game.players)
-        if self.order is not None and sorted(self.order) != list(range(n)):
-            raise ValueError(f"AltGD order must be a permutation of the players' indices 0..{n - 1}, got {self.order}")
+        _order(self.order, game)
         super().bind(game)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
@@ -113,6 +107,21 @@ class AltGD(Algorithm[DescentState]):
             else:
                 new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
         return delta, {"rule": {"players": players} if per_player else new_rule}
+
+
+def _order(order: Sequence[int] | None, game: GameView | None) -> tuple[int, ...] | None:
+    """AltGD's ``order`` as a tuple (or None), checked: player indices (else
+    ``TypeError``), a permutation of the game's once bound (else ``ValueError``)."""
+    if order is None:
+        return None
+    if isinstance(order, (str, bytes)) or not isinstance(order, Sequence):
+        raise TypeError(f"order must be a sequence of player indices, got {order!r}")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in order):
+        raise TypeError(f"order must hold player indices (ints), got {list(order)!r}")
+    n = None if game is None else len(game.players)
+    if n is not None and sorted(order) != list(range(n)):
+        raise ValueError(f"order must be a permutation of the players' indices 0..{n - 1}, got {tuple(order)}")
+    return tuple(order)
 
 
 def _map(state: State, views) -> State:  # type: ignore[no-untyped-def]

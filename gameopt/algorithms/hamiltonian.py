@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..updates import UpdateRule
 from .api import DescentState
-from .base import Algorithm, Hyper, check_bool
+from .base import Algorithm, Hyper, Setting
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -36,6 +36,7 @@ class HamiltonianGD(Algorithm[DescentState]):
     """
 
     first_order = False
+    zero_sum = Setting.flag()
 
     def __init__(
         self,
@@ -43,7 +44,7 @@ class HamiltonianGD(Algorithm[DescentState]):
         update: UpdateRule | Sequence[UpdateRule] | None = None,
         zero_sum: bool = False,
     ) -> None:
-        super().__init__(lr, update, zero_sum=check_bool("zero_sum", zero_sum))
+        super().__init__(lr, update, zero_sum=zero_sum)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         # the direction Jᵀξ alone may not show a non-finite ξ
@@ -76,6 +77,7 @@ class ConsensusOptimization(Algorithm[DescentState]):
 
     first_order = False
     gamma = Hyper(low=0.0)
+    zero_sum = Setting.flag()
 
     def __init__(
         self,
@@ -84,7 +86,7 @@ class ConsensusOptimization(Algorithm[DescentState]):
         update: UpdateRule | Sequence[UpdateRule] | None = None,
         zero_sum: bool = False,
     ) -> None:
-        super().__init__(lr, update, gamma=gamma, zero_sum=check_bool("zero_sum", zero_sum))
+        super().__init__(lr, update, gamma=gamma, zero_sum=zero_sum)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         # the update is non-finite if ξ is

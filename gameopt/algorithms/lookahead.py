@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from .. import _torch_compat as tc
 from .api import LookaheadState
-from .base import Algorithm, Wrapper, check_number
+from .base import Algorithm, Setting, Wrapper
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -38,9 +38,11 @@ class Lookahead(Wrapper[LookaheadState]):
         - Chavdarova et al. 2021, `Taming GANs with Lookahead-Minmax <https://arxiv.org/abs/2006.14567>`_
     """
 
+    k = Setting.number(low=1, integer=True)
+    alpha = Setting.number(low=0.0, high=1.0, low_open=True)
+
     def __init__(self, base: Algorithm, k: int = 5, alpha: float = 0.5) -> None:
-        k = check_number("k", k, low=1, integer=True)
-        super().__init__(base, k=k, alpha=check_number("alpha", alpha, low=0.0, high=1.0, low_open=True))
+        super().__init__(base, k=k, alpha=alpha)
 
     def init_state(self, game: GameView) -> LookaheadState:
         return {"base": self.base.init_state(game), "slow": game.layout.data.clone(), "count": 0}

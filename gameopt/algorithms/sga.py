@@ -9,7 +9,7 @@ import torch
 
 from ..updates import UpdateRule
 from .api import DescentState
-from .base import Algorithm, Hyper, check_bool, check_number
+from .base import Algorithm, Hyper, Setting
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -62,6 +62,10 @@ class SGA(Algorithm[DescentState]):
 
     first_order = False
     lam = Hyper()
+    align = Setting.flag()
+    eps = Setting.number(low=0.0)
+    sign_normalizer = Setting.choice(*SIGN_NORMALIZERS)
+    zero_sum = Setting.flag()
 
     def __init__(
         self,
@@ -73,17 +77,7 @@ class SGA(Algorithm[DescentState]):
         sign_normalizer: str = "dimension",
         zero_sum: bool = False,
     ) -> None:
-        if sign_normalizer not in SIGN_NORMALIZERS:
-            raise ValueError(f"sign_normalizer must be one of {list(SIGN_NORMALIZERS)}, got {sign_normalizer!r}")
-        super().__init__(
-            lr,
-            update,
-            lam=lam,
-            align=check_bool("align", align),
-            eps=check_number("eps", eps, low=0.0),
-            sign_normalizer=sign_normalizer,
-            zero_sum=check_bool("zero_sum", zero_sum),
-        )
+        super().__init__(lr, update, lam=lam, align=align, eps=eps, sign_normalizer=sign_normalizer, zero_sum=zero_sum)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)  # the update is non-finite if ξ is

@@ -9,7 +9,7 @@ import torch
 
 from ..updates import UpdateRule
 from .api import DescentState
-from .base import Algorithm, Hyper, check_bool, check_number
+from .base import Algorithm, Hyper, Setting
 
 if TYPE_CHECKING:
     from ..layout import Vec
@@ -91,6 +91,7 @@ class LOLA(Algorithm[DescentState]):
 
     first_order = False
     alpha = Hyper(low=0.0)
+    shaping_only = Setting.flag()
 
     def __init__(
         self,
@@ -99,7 +100,7 @@ class LOLA(Algorithm[DescentState]):
         shaping_only: bool = False,
         update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
-        super().__init__(lr, update, alpha=alpha, shaping_only=check_bool("shaping_only", shaping_only))
+        super().__init__(lr, update, alpha=alpha, shaping_only=shaping_only)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
@@ -139,6 +140,8 @@ class SOS(Algorithm[DescentState]):
 
     first_order = False
     alpha = Hyper(low=0.0)
+    a = Setting.number(low=0.0, high=1.0, low_open=True, high_open=True)
+    b = Setting.number(low=0.0, low_open=True)
 
     def __init__(
         self,
@@ -148,13 +151,7 @@ class SOS(Algorithm[DescentState]):
         b: float = 0.1,
         update: UpdateRule | Sequence[UpdateRule] | None = None,
     ) -> None:
-        super().__init__(
-            lr,
-            update,
-            alpha=alpha,
-            a=check_number("a", a, low=0.0, high=1.0, low_open=True, high_open=True),
-            b=check_number("b", b, low=0.0, low_open=True),
-        )
+        super().__init__(lr, update, alpha=alpha, a=a, b=b)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
