@@ -53,7 +53,7 @@ def count_key(state: Any) -> str | None:
     ``e``, Optimistic's ``prev``); None for a state without both. Such a count becomes
     one per element, a joint vector like that one, once a parameter joins a running
     game (:func:`gameopt.game.relayout.carry`): the rules and algorithms that keep one
-    take either form (:func:`next_count`, :func:`count_of`, :func:`stepped`)."""
+    take either form (:func:`next_count`, :func:`stepped`)."""
     if not isinstance(state, dict) or "t" not in state:
         return None
     return next((k for k, v in state.items() if k != "t" and isinstance(v, Vec)), None)
@@ -65,7 +65,7 @@ def stepped(t: int | list[Tensor], g: int) -> bool | Tensor:
     return t > 0 if isinstance(t, int) else t[g] != 0
 
 
-def count_of(t: int | list[Tensor], g: int) -> int | Tensor:
+def _count_of(t: int | list[Tensor], g: int) -> int | Tensor:
     return t if isinstance(t, int) else t[g]
 
 
@@ -314,7 +314,7 @@ class Adam(UpdateRule):
         out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
         for g, (x, m0, v0, m1, v1, o) in enumerate(zip(d, state["m"], state["v"], m, v, out)):
             self._moments(x, m0, v0, m1, v1)
-            self._direction(m1, v1, count_of(t, g), den=o, out=o)
+            self._direction(m1, v1, _count_of(t, g), den=o, out=o)
         return out, {"m": m, "v": v, "t": t}
 
     # The one place each formula is written, so that moments recomputed by
@@ -354,7 +354,7 @@ class Adam(UpdateRule):
             g.copy_(x)
             o = torch.empty_like(x)  # v1, then the denominator
             self._moments(g, m0, v0, x, o)  # m1 into d (read into g first)
-            self._direction(x, o, count_of(t, k), den=o, out=x)
+            self._direction(x, o, _count_of(t, k), den=o, out=x)
         return d, {"d": kept}
 
     def resume(self, memo: Any, state: State, empty: Empty | None = None) -> State:
@@ -405,10 +405,8 @@ class RMSProp(UpdateRule):
         return check_number(path or name, value, low=0.0, high=1.0, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
-        v = Vec(torch.zeros_like(t) for t in like)
-        for x in v if self.convention == "tf1" else ():
-            _real(x)[0].fill_(1.0)  # both parts of a complex element
-        return {"v": v}
+        start = 0.0 if self.convention == "torch" else 1.0  # both parts of a complex element
+        return {"v": Vec(torch.full_like(t, complex(start, start) if t.is_complex() else start) for t in like)}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
@@ -550,7 +548,8 @@ class NuPI(UpdateRule):
     ``init_type=SGD``: the first step is SGD's with rate ηK_I, and the error signal's
     average starts at e₀ = 0 after it, as cooper's code does (its docstring says
     e₀ = d₀; the parity test follows the code). ``NuPI(kp=0, ki=1)`` is plain
-    gradient steps.
+    gradient steps. A parameter that joins a running game starts the same way (its
+    step count is its own: :func:`count_key`).
 
     Args:
         kp: K_P ≥ 0, the proportional gain.

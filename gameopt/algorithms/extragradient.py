@@ -75,7 +75,9 @@ class Optimistic(Algorithm[OptimisticState]):
 
     .. math:: w_{t+1} = w_t - 2η \\, u(ξ(w_t)) + η \\, u(ξ(w_{t-1}))
 
-    with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent.
+    with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent
+    (also a parameter's first step after it joined a running game: its step count
+    is its own, see :func:`gameopt.updates.count_key`).
     With ``update=Adam()`` this is Optimistic Adam. One evaluation per step; the
     previous direction is kept in the state.
 
