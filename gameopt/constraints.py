@@ -128,6 +128,51 @@ def as_constraint(c: Any, what: str = "constraint") -> Constraint:
     return _Given(c)
 
 
+class _Checked(Constraint):
+    """A set of the user's as the game calls it: each point or step it returns is
+    checked to be a tensor of the parameter's shape, dtype and device (a comparison,
+    no pass over memory), so that a wrong one is refused rather than broadcast or cast."""
+
+    def __init__(self, given: Constraint, what: str) -> None:
+        self.given, self.what = given, what
+        self.convex = given.convex
+
+    def project(self, w: Tensor) -> Tensor:
+        return self._like(w, self.given.project(w), "project")
+
+    def step(self, w: Tensor, delta: Tensor) -> Tensor:
+        return self._like(w, self.given.step(w, delta), "step")
+
+    def delta_to(self, w: Tensor, target: Tensor) -> Tensor:
+        return self._like(w, self.given.delta_to(w, target), "delta_to")
+
+    def check(self, shape: torch.Size, name: str) -> None:
+        self.given.check(shape, name)
+
+    def contains(self, w: Tensor, tol: float = 0.0) -> bool:
+        return self.given.contains(w, tol)
+
+    def _like(self, w: Tensor, out: Any, method: str) -> Tensor:
+        if isinstance(out, Tensor) and out.shape == w.shape and out.dtype == w.dtype and out.device == w.device:
+            return out
+        got = f"a {tuple(out.shape)} {out.dtype} tensor on {out.device}" if isinstance(out, Tensor) else repr(out)
+        raise ValueError(
+            f"the feasible set {self.given!r} of {self.what}: its {method} returned {got} for a "
+            f"{tuple(w.shape)} {w.dtype} parameter on {w.device}. It must return a new tensor of the "
+            "parameter's shape, dtype and device"
+        )
+
+    def __repr__(self) -> str:
+        return repr(self.given)
+
+
+def checked(c: Constraint, what: str) -> Constraint:
+    """``c`` as the game calls it: a set of the user's with its results checked (see
+    :class:`_Checked`); gameopt's own sets as they are. ``what`` names the parameter
+    in messages."""
+    return c if type(c) in _OWN else _Checked(c, what)
+
+
 class NonNegative(Constraint):
     """w ≥ 0 elementwise (Lagrange multipliers of inequality constraints)."""
 
@@ -200,3 +245,7 @@ class Simplex(Constraint):
         if self.mirror == "euclidean":
             return super().delta_to(w, target)
         return torch.where(w > 0, torch.log(target) - torch.log(w), torch.zeros_like(w))
+
+
+#: gameopt's own sets, whose results need no check
+_OWN = (NonNegative, Box, Ball, Simplex)

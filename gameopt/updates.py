@@ -40,10 +40,30 @@ State = dict[str, Any]
 Empty = Callable[[], list[Tensor]]
 
 
-def _next_count(t: int | list[Tensor]) -> int | Vec:
+def next_count(t: int | list[Tensor]) -> int | Vec:
     """A step count after one more step: one number for all elements, or (once
-    parameters joined at different steps) one per element, a joint vector."""
+    parameters joined at different steps) one per element, a joint vector (a state
+    with a step count ``"t"`` beside a joint vector gets one per element when a
+    parameter joins: see :func:`gameopt.game.relayout.carry`)."""
     return t + 1 if isinstance(t, int) else Vec(c + 1 for c in t)
+
+
+def count_key(state: Any) -> str | None:
+    """The key of the joint vector whose elements a state's step count ``"t"`` counts:
+    the first joint vector (:class:`~gameopt.vec.Vec`) beside it (Adam's ``m``, NuPI's
+    ``e``, Optimistic's ``prev``); None for a state without both. Such a count becomes
+    one per element, a joint vector like that one, once a parameter joins a running
+    game (:func:`gameopt.game.relayout.carry`): the rules and algorithms that keep one
+    take either form (:func:`next_count`, :func:`stepped`)."""
+    if not isinstance(state, dict) or "t" not in state:
+        return None
+    return next((k for k, v in state.items() if k != "t" and isinstance(v, Vec)), None)
+
+
+def stepped(t: int | list[Tensor], g: int) -> bool | Tensor:
+    """Whether group ``g``'s elements have taken a step: one bool for all, or (counts
+    per element) a bool tensor, False where a parameter joined since the last step."""
+    return t > 0 if isinstance(t, int) else t[g] != 0
 
 
 def _count_of(t: int | list[Tensor], g: int) -> int | Tensor:
@@ -52,6 +72,12 @@ def _count_of(t: int | list[Tensor], g: int) -> int | Tensor:
 
 def _empty_like(d: list[Tensor]) -> Empty:
     return lambda: Vec(torch.empty_like(t) for t in d)
+
+
+def _real(*ts: Tensor) -> tuple[Tensor, ...]:
+    """The tensors of one group, complex ones as pairs of reals (``torch.view_as_real``:
+    a view, no copy), as torch.optim treats complex parameters; one check per group."""
+    return tuple(map(torch.view_as_real, ts)) if ts[0].is_complex() else ts
 
 
 class UpdateRule:
@@ -79,6 +105,11 @@ class UpdateRule:
 
     Settings are :class:`~gameopt.settings.Setting` descriptors of the class, checked
     whenever they are set (``rule.eps = -1`` raises ``ValueError`` and changes nothing).
+
+    Complex parameters are pairs of reals, as in torch.optim: a rule that is not
+    linear in ``d`` (Adam's and RMSProp's squares) works on ``torch.view_as_real``
+    views of a complex group; its state stays complex (a second moment holds one
+    real second moment in each of its real and imaginary parts).
     """
 
     #: whether ``apply`` takes the memory flags ``scratch`` and ``own_state``
@@ -104,10 +135,12 @@ class UpdateRule:
         if isinstance(t, int) and t < 0:
             raise ValueError(f"{path}.t: a step count, must be >= 0, got {t}")
         for k, c in enumerate(t if isinstance(t, (list, tuple)) else ()):  # one count per element
+            c = _real(c)[0] if isinstance(c, Tensor) else c
             if isinstance(c, Tensor) and bool((c < 0).any()):
                 raise ValueError(f"{path}.t[{k}]: step counts, must be >= 0, got {float(c.min()):g}")
         for key in self.nonnegative:
             for k, v in enumerate(state.get(key) or ()):
+                v = _real(v)[0] if isinstance(v, Tensor) else v
                 if isinstance(v, Tensor) and bool((v < 0).any()):
                     raise ValueError(f"{path}.{key}[{k}]: second moments must be >= 0, got {float(v.min()):g}")
 
@@ -283,7 +316,7 @@ class Adam(UpdateRule):
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
     ) -> tuple[list[Tensor], State]:
-        t = _next_count(state["t"])
+        t = next_count(state["t"])
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
         out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
@@ -298,6 +331,7 @@ class Adam(UpdateRule):
         """m₁ = β₁ m₀ + (1 − β₁) x, v₁ = β₂ v₀ + (1 − β₂) x², into ``m1`` and ``v1``
         (neither may be ``x``: m₁ is written before v₁ reads ``x``)."""
         b1, b2 = self.betas
+        x, m0, v0, m1, v1 = _real(x, m0, v0, m1, v1)
         torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
         torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
 
@@ -305,6 +339,9 @@ class Adam(UpdateRule):
         """out = √(1 − β₂ᵗ) / (1 − β₁ᵗ) · m₁ / (√v₁ + ε), the denominator in ``den``; ``t``
         one count for all, or one per element (parameters that joined later)."""
         b1, b2 = self.betas
+        if m1.is_complex():
+            m1, v1, den, out = _real(m1, v1, den, out)
+            t = t.real.unsqueeze(-1) if isinstance(t, Tensor) else t  # one count per complex element
         torch.sqrt(v1, out=den).add_(self.eps)
         if isinstance(t, Tensor):
             torch.div(m1, den, out=out).mul_(torch.sqrt(1 - b2**t) / (1 - b1**t))
@@ -319,7 +356,7 @@ class Adam(UpdateRule):
         is computed, one group at a time."""
         if type(self).apply is not Adam.apply or sum(t.numel() for t in d) < _RECOMPUTE_FROM:
             return super().extrapolate(d, state, empty)  # a subclass's own rule, or small vectors
-        t = _next_count(state["t"])
+        t = next_count(state["t"])
         kept = (empty or _empty_like(d))()
         for k, (x, g, m0, v0) in enumerate(zip(d, kept, state["m"], state["v"])):
             g.copy_(x)
@@ -335,7 +372,7 @@ class Adam(UpdateRule):
         m, v = empty(), empty()
         for x, m0, v0, m1, v1 in zip(memo["d"], state["m"], state["v"], m, v):
             self._moments(x, m0, v0, m1, v1)
-        return {"m": m, "v": v, "t": _next_count(state["t"])}
+        return {"m": m, "v": v, "t": next_count(state["t"])}
 
 
 class RMSProp(UpdateRule):
@@ -379,8 +416,8 @@ class RMSProp(UpdateRule):
         return check_number(path or name, value, low=0.0, high=1.0, high_open=True)
 
     def init(self, like: list[Tensor]) -> State:
-        start = torch.zeros_like if self.convention == "torch" else torch.ones_like
-        return {"v": Vec(start(t) for t in like)}
+        start = 0.0 if self.convention == "torch" else 1.0  # both parts of a complex element
+        return {"v": Vec(torch.full_like(t, complex(start, start) if t.is_complex() else start) for t in like)}
 
     def apply(
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
@@ -389,9 +426,9 @@ class RMSProp(UpdateRule):
         v = state["v"] if own_state else empty()
         out = d if scratch else empty()
         for x, v0, v1, o in zip(d, state["v"], v, out):
-            torch.mul(v0, self.decay, out=v1).addcmul_(x, x, value=1 - self.decay)
             # the denominator: a temporary when the result goes into d (which it divides)
-            den = torch.empty_like(x) if o is x else o
+            x, v0, v1, o, den = _real(x, v0, v1, o, torch.empty_like(x) if o is x else o)
+            torch.mul(v0, self.decay, out=v1).addcmul_(x, x, value=1 - self.decay)
             if self.convention == "torch":
                 torch.sqrt(v1, out=den).add_(self.eps)
             else:
@@ -522,7 +559,8 @@ class NuPI(UpdateRule):
     ``init_type=SGD``: the first step is SGD's with rate ηK_I, and the error signal's
     average starts at e₀ = 0 after it, as cooper's code does (its docstring says
     e₀ = d₀; the parity test follows the code). ``NuPI(kp=0, ki=1)`` is plain
-    gradient steps.
+    gradient steps. A parameter that joins a running game starts the same way (its
+    step count is its own: :func:`count_key`).
 
     Args:
         kp: K_P ≥ 0, the proportional gain.
@@ -554,18 +592,21 @@ class NuPI(UpdateRule):
         self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
     ) -> tuple[list[Tensor], State]:
         empty = empty or _empty_like(d)
-        first = state["t"] == 0
         e = state["e"] if own_state else empty()
         out = empty()
-        for x, e0, e1, o in zip(d, state["e"], e, out):
+        for g, (x, e0, e1, o) in enumerate(zip(d, state["e"], e, out)):
             torch.mul(x, self.ki, out=o)
-            if not first:  # the first step is SGD's (cooper's SGD initialization)
-                o.add_(torch.sub(x, e0).mul_(1 - self.ema).mul_(self.kp))
-            if first:
+            done = stepped(state["t"], g)  # else the first step: SGD's (cooper's SGD initialization)
+            if done is False:
                 e1.zero_()  # e₀ = 0, as cooper starts it
-            else:
-                torch.mul(e0, self.ema, out=e1).add_(x, alpha=1 - self.ema)
-        return out, {"e": e, "t": state["t"] + 1}
+                continue
+            p = torch.sub(x, e0).mul_(1 - self.ema).mul_(self.kp)
+            torch.mul(e0, self.ema, out=e1).add_(x, alpha=1 - self.ema)
+            if done is not True:  # one count per element: parameters that joined later start fresh
+                p.mul_(done)
+                e1.mul_(done)
+            o.add_(p)
+        return out, {"e": e, "t": next_count(state["t"])}
 
 
 def _gain(rule: NuPI, name: str, value: Any, other: str) -> float:

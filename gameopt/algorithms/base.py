@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from ..checks import check_bool, check_number, check_per_player
 from ..settings import Setting
 from ..state import check_like, clone_state, moved_like, retyped, tensors_in
-from ..updates import PerPlayer, Plain, State, UpdateRule, apply, rule_from
+from ..updates import PerPlayer, Plain, State, UpdateRule, apply, count_key, rule_from
 from ..vec import Vec
 
 if TYPE_CHECKING:
@@ -101,9 +101,10 @@ def _counts_like(mine: Any, theirs: Any) -> Any:
         return [_counts_like(a, b) for a, b in zip(mine, theirs)]
     if isinstance(mine, dict) and isinstance(theirs, dict):
         out = {k: _counts_like(v, theirs.get(k)) for k, v in mine.items()}
-        if "t" in mine and "m" in mine:
+        like = count_key(mine)
+        if like is not None:
             if isinstance(mine["t"], int) and isinstance(theirs.get("t"), (list, tuple)):
-                out["t"] = mine["m"]
+                out["t"] = mine[like]
             elif not isinstance(mine["t"], int) and isinstance(theirs.get("t"), int):
                 out["t"] = 0
         return out

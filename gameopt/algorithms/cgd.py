@@ -10,6 +10,7 @@ import torch
 
 from ..evaluation import check_zero_sum
 from ..linalg import MatVec, cg, gmres
+from ..updates import next_count
 from ..vec import Vec
 from .api import ACGDState, CGDState
 from .base import Algorithm, Hyper, Setting
@@ -182,9 +183,14 @@ class ACGD(Algorithm[ACGDState]):
     def update(self, oracle: Oracle, state: ACGDState) -> tuple[Vec, ACGDState]:
         lin = oracle.linearize()
         check_zero_sum(lin.losses, "this solver")
-        beta, t = self.beta, state["t"] + 1
+        beta, t = self.beta, next_count(state["t"])
         v = (Vec(state["v"]) * beta).addcmul_(lin.xi, lin.xi, value=1 - beta)
-        eta = oracle.scale_((v.sqrt() + self.eps).reciprocal(), [math.sqrt(1 - beta**t) * lr for lr in self.lrs])
+        eta = (v.sqrt() + self.eps).reciprocal()
+        if isinstance(t, int):
+            oracle.scale_(eta, [math.sqrt(1 - beta**t) * lr for lr in self.lrs])
+        else:  # one count per element: parameters that joined later have their own correction
+            eta *= Vec(torch.sqrt(1 - beta**c) for c in t)
+            oracle.scale_(eta, self.lrs)
         solver = {"tol": self.tol, "atol": self.atol, "maxiter": self.maxiter}
         delta, warm = competitive_step(oracle, lin, eta, state["warm"], True, solver)
         return delta, {"v": v, "warm": warm, "t": t}

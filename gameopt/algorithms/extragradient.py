@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import _torch_compat as tc
-from ..updates import UpdateRule, apply
+from ..updates import UpdateRule, apply, next_count, stepped
 from .api import DescentState, OptimisticState
 from .base import Algorithm, Setting
 
@@ -75,7 +75,9 @@ class Optimistic(Algorithm[OptimisticState]):
 
     .. math:: w_{t+1} = w_t - 2η \\, u(ξ(w_t)) + η \\, u(ξ(w_{t-1}))
 
-    with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent.
+    with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent
+    (also a parameter's first step after it joined a running game: its step count
+    is its own, see :func:`gameopt.updates.count_key`).
     With ``update=Adam()`` this is Optimistic Adam. One evaluation per step; the
     previous direction is kept in the state.
 
@@ -109,9 +111,11 @@ class Optimistic(Algorithm[OptimisticState]):
         if out is xi:  # the gradient buffer: the next step's previous direction is a copy
             out = oracle.empty()
             tc.foreach_copy_(out, xi)
-        prev = state["prev"] if state["t"] > 0 else out
+        t = state["t"]  # one count, or one per element once parameters joined later
         delta = xi  # read by now: the gradient buffer takes the step
-        for d, p, o in zip(delta, prev, out):
+        for g, (d, p, o) in enumerate(zip(delta, state["prev"], out)):
+            done = stepped(t, g)  # else u(ξ(w₋₁)) := u(ξ(w₀)): the first step is plain
+            p = p if done is True else o if done is False else torch.where(done, p, o)
             torch.add(p, o, alpha=-2.0, out=d)  # −(2 out − prev), exactly
         oracle.scale_(delta, self.lrs)
-        return delta, {"rule": rule_state, "prev": out, "t": state["t"] + 1}
+        return delta, {"rule": rule_state, "prev": out, "t": next_count(t)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -115,7 +115,40 @@ class Problem:
         """The indices of the layout entries, group by group, each in storage order."""
         return [k for ks in self.group_entries for k in ks]
 
+    def refuse_complex(self, algorithm: str, first_order: str) -> None:
+        """Raise ``ValueError`` naming the first complex parameter: ``algorithm``'s inner
+        products and linear solves (``Vec.dot``, CG) treat vectors as real, so a
+        second-order algorithm would step wrongly on complex players. ``first_order``
+        names the algorithms that take them (update rules see complex as pairs of reals)."""
+        for name, params in zip(self.names, self.params):
+            for k, p in enumerate(params):
+                if p.is_complex():
+                    raise ValueError(
+                        f"{algorithm} does not support complex parameters: player {name!r}, parameter {k} "
+                        f"(shape {tuple(p.shape)}, {p.dtype}). Give the player a real parameter of shape "
+                        f"(..., 2) (torch.view_as_real of the complex one) and use torch.view_as_complex of it "
+                        f"in the losses, or use a first-order algorithm ({first_order})"
+                    )
+
 
 def no_path_error(player_name: str) -> LossError:
     """The error for a loss that does not depend on its player's parameters."""
     return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")
+
+
+def refuse_compiled(player_name: str, grads: Sequence[Tensor | None]) -> None:
+    """Raise :class:`LossError` if a gradient taken with ``create_graph`` came out of
+    a ``torch.compile``'d graph (aot_autograd's backward node): that backward has no
+    double backward, so every Jacobian product through it would raise or, when the
+    compiled graph saved only intermediates, come back silently as zero. One
+    attribute read per tensor, on the gradients already formed."""
+    for t in grads:
+        node = None if t is None else t.grad_fn
+        # a torch.autograd.Function node of aot_autograd's (its class has ``_aot_id``; torch 2.4 to 2.13)
+        if getattr(getattr(node, "_forward_cls", None), "_aot_id", None) is not None:
+            raise LossError(
+                f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph: this "
+                "algorithm needs double backward (Jacobian products), which torch.compile'd functions and "
+                "modules do not support (the products would be zero or fail). Give the game the uncompiled "
+                "losses, or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
+            )

@@ -196,6 +196,7 @@ class Game:
         """Second-order algorithms need double backward and have no projected version."""
         if algorithm.first_order:
             return
+        self._problem.refuse_complex(type(algorithm).__name__, first_order_names())
         if self._moves.constrained:
             raise ValueError(
                 f"{type(algorithm).__name__} uses Jacobian products and has no projected or mirror version: "

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _torch_compat as tc
+from ..constraints import checked
 from ..layout import Entry, JointLayout
 from ..player import Player
 from ..protocols import Along
@@ -37,7 +38,7 @@ class Moves:
         self.players = players  # their names, read when a message needs them
         # (entry, parameter index in its buffer, constraint) for every constrained parameter
         self.constrained = [
-            (e, k, c)
+            (e, k, checked(c, f"parameter {k} of player {players[e.player].name!r}"))
             for e in layout.entries
             for k, p in enumerate(e.buffer.params)
             if (c := players[e.player].constraints.get(id(p))) is not None

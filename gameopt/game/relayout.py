@@ -22,6 +22,7 @@ from torch import Tensor
 from ..buffer import links_intact
 from ..layout import JointLayout
 from ..player import Player, registries_intact
+from ..updates import count_key
 from ..vec import Vec
 
 log = logging.getLogger(__name__)
@@ -87,10 +88,11 @@ def carry(old: Any, fresh: Any, layout: JointLayout) -> Any:
     if isinstance(old, _PerParam):
         return _fill(layout, old, fresh)
     if isinstance(old, dict):
-        if "t" in old and isinstance(old.get("m"), _PerParam):  # a rule's state with a step count
+        like = count_key(fresh)
+        if like is not None and isinstance(old.get(like), _PerParam):  # a step count: one per element
             return {
                 **{k: carry(v, fresh[k], layout) for k, v in old.items() if k != "t"},
-                "t": _counts(old, fresh, layout),
+                "t": _counts(old["t"], old[like], fresh[like], layout),
             }
         return {k: carry(v, fresh[k], layout) for k, v in old.items()}
     if isinstance(old, (list, tuple)):
@@ -146,24 +148,22 @@ def _unflatten(layout: JointLayout, vec: Vec) -> _PerParam:
     return out
 
 
-def _counts(old: dict[str, Any], fresh: dict[str, Any], layout: JointLayout) -> int | Vec:
-    """An update rule's step count after a re-layout: a parameter that joined since (or
-    whose shape changed) starts from 0, as under torch.optim, so that its bias
-    correction is its own. One number while all parameters share it; else one per
-    element, a joint vector like the moments."""
-    t = old["t"]
+def _counts(t: int | _PerParam, like: _PerParam, fresh: Vec, layout: JointLayout) -> int | Vec:
+    """A state's step count after a re-layout: a parameter that joined since (or whose
+    shape changed) starts from 0, as under torch.optim, so that its first step and its
+    bias correction are a fresh start's. One number while all parameters share it;
+    else one per element, a joint vector like ``like`` (the state's vector beside it,
+    taken apart), in a new joint vector like ``fresh``."""
     if isinstance(t, int):
-        moments = old["m"]
         carried = all(
-            id(p) in moments and moments[id(p)][0] is p and moments[id(p)][1].shape == p.shape
+            id(p) in like and like[id(p)][0] is p and like[id(p)][1].shape == p.shape
             for e in layout.entries
             for p in e.buffer.params
         )
         if t == 0 or carried:
             return t
-        t = _PerParam({k: (p, torch.full_like(values, t)) for k, (p, values) in old["m"].items()})
-    zeros = Vec(torch.zeros_like(x) for x in fresh["m"])
-    return _fill(layout, t, zeros)
+        t = _PerParam({k: (p, torch.full_like(values, t)) for k, (p, values) in like.items()})
+    return _fill(layout, t, Vec(torch.zeros_like(x) for x in fresh))
 
 
 def _fill(layout: JointLayout, per_param: _PerParam, vec: Vec) -> Vec:
