@@ -443,6 +443,8 @@ class Player:
         state = copy.deepcopy(state, memo)
         state["loss"] = copy_callable(loss, memo)  # after the module: a closure over it takes the copy
         new.__setstate__(state)
+        for b in new.buffers:  # as copy.deepcopy of a module leaves its parameters: no gradient
+            b.zero_grad()
         return new
 
     def __repr__(self) -> str:

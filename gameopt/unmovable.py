@@ -59,7 +59,7 @@ def why_unmovable(params: Sequence[Tensor], modules: Sequence[nn.Module]) -> str
 
 def _held(p: Tensor, name: str, modules: Sequence[nn.Module]) -> str:
     """The refusal of ``p``, which something else references (its use count is above one)."""
-    view = next((where for where, t in _module_tensors(modules) if t._base is p), None)
+    view = next((where for where, t in _module_tensors(modules) if tc.view_base(t) is p), None)
     if view is not None:
         return (
             f"gameopt cannot fuse {name}: {view} is a view of it kept outside the module's parameters (made by "
@@ -115,7 +115,8 @@ def _wrapped_by_ddp(p: Tensor) -> bool:
     """A live ``DistributedDataParallel`` wraps a module that holds ``p`` (its reducer
     references every parameter). Walks the garbage collector's objects: the error path only."""
     ddp = torch.nn.parallel.DistributedDataParallel
-    return any(isinstance(o, ddp) and any(q is p for q in o.module.parameters()) for o in gc.get_objects())
+    # type(o), not isinstance: some objects warn when their __class__ is read
+    return any(issubclass(type(o), ddp) and any(q is p for q in o.module.parameters()) for o in gc.get_objects())
 
 
 def _has_grad_accumulator(p: Tensor) -> bool:

@@ -44,7 +44,9 @@ def _gan(algorithm: gameopt.Algorithm | None = None, width: int = 4) -> gameopt.
 
 def _batches(n: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(6, 2, generator=g, dtype=F64) + 1, torch.randn(6, 2, generator=g, dtype=F64)) for _ in range(n)]
+    return [
+        (torch.randn(6, 2, generator=g, dtype=F64) + 1, torch.randn(6, 2, generator=g, dtype=F64)) for _ in range(n)
+    ]
 
 
 def _inside(t: torch.Tensor, flat: torch.Tensor) -> bool:
@@ -142,6 +144,22 @@ def test_a_deep_copy_of_a_game_steps_as_the_original_and_alone(name: str) -> Non
             assert any(_inside(p, t) for t in twin.layout.data)
 
 
+def test_a_deep_copy_of_a_constrained_game_of_given_tensors_steps_as_the_original() -> None:
+    torch.manual_seed(0)
+    x, y = (torch.rand(3, dtype=F64, requires_grad=True) for _ in range(2))
+    A = torch.randn(3, 3, dtype=F64)
+    players = [Player([w], name=n, constraint=gameopt.constraints.Simplex()) for w, n in ((x, "x"), (y, "y"))]
+    game = gameopt.Game(players, lambda: (x @ A @ y, -(x @ A @ y)), algorithm=gameopt.Extragradient(0.1))
+    game.step()
+    twin = copy.deepcopy(game)
+    assert all(torch.count_nonzero(p.grad) == 0 for p in twin.players)  # a copy starts without gradients
+    for _ in range(3):
+        twin.step()
+        game.step()
+    assert_same_state(twin.state_dict(), game.state_dict())
+    assert not _inside(twin.players[0].parameters[0], game.layout.data[0])
+
+
 def test_a_deep_copy_of_a_game_takes_its_scheduler_along() -> None:
     game = _gan(gameopt.SimGD(0.1))
     scheduler = torch.optim.lr_scheduler.StepLR(game.optimizer, step_size=1, gamma=0.5)
@@ -199,9 +217,13 @@ REFUSALS = {
     "bad on_nonfinite": lambda ps: gameopt.Game(ps, _losses, on_nonfinite="ignore"),
     "bad loss_scale": lambda ps: gameopt.Game(ps, _losses, loss_scale=2.0),
     "not an algorithm": lambda ps: gameopt.Game(ps, _losses, algorithm="SimGD"),
-    "a learning rate per player missing": lambda ps: gameopt.Game(ps, _losses, algorithm=gameopt.SimGD([0.1, 0.2, 0.3])),
+    "a learning rate per player missing": lambda ps: gameopt.Game(
+        ps, _losses, algorithm=gameopt.SimGD([0.1, 0.2, 0.3])
+    ),
     "algorithm bound elsewhere": lambda ps: gameopt.Game(ps, _losses, algorithm=_bound_elsewhere()),
-    "non-finite start": lambda ps: gameopt.Game([*ps, Player(torch.tensor([float("nan")], requires_grad=True))], _losses),
+    "non-finite start": lambda ps: gameopt.Game(
+        [*ps, Player(torch.tensor([float("nan")], requires_grad=True))], _losses
+    ),
     "second order on constrained players": lambda ps: gameopt.Game(
         [*ps, Player(nn.Linear(2, 2).double(), constraint=gameopt.constraints.Box(-1.0, 1.0))],
         _losses,
@@ -238,7 +260,7 @@ def test_a_refused_game_leaves_the_players_it_was_given_as_they_were(refusal: st
     assert [p.name for p in players] == ["Linear", "Linear"]
     for (ptr, value, grad), p in zip(before, [p for m in modules for p in m.parameters()]):
         assert p.data_ptr() == ptr and torch.equal(p, value) and torch.equal(p.grad, grad)
-    assert [p.params for p in players] == flats and all(not p.refresh() for p in players)
+    assert all(p.params is flat for p, flat in zip(players, flats)) and all(not p.refresh() for p in players)
     # an identically built game then matches a game built from fresh players
     game = gameopt.Game(players, lambda: tuple(m.weight.sum() for m in modules))
     fresh = gameopt.Game([Player(m) for m in _two_linears()], lambda: (torch.zeros(()),) * 2)
@@ -278,7 +300,9 @@ class _KeepsAView(nn.Module):
 def test_a_module_keeping_a_view_of_its_weight_is_refused_naming_the_view() -> None:
     m = _KeepsAView()
     ptr = m.weight.data_ptr()
-    with pytest.raises(RuntimeError, match=r"parameter 'weight' of _KeepsAView: attribute _KeepsAView\.w_view is a view") as info:
+    with pytest.raises(
+        RuntimeError, match=r"parameter 'weight' of _KeepsAView: attribute _KeepsAView\.w_view is a view"
+    ) as info:
         Player(m)
     assert "autograd graph" not in str(info.value)
     assert m.weight.data_ptr() == ptr
@@ -292,7 +316,9 @@ def test_a_weakly_referenced_parameter_is_refused_before_anything_moves() -> Non
     ptrs = [p.data_ptr() for p in m.parameters()]
     with pytest.raises(RuntimeError, match=r"parameter 'weight' of Linear: a weak reference to it is alive"):
         Player(m)
-    assert [p.data_ptr() for p in m.parameters()] == ptrs and not any(map(tc.post_accumulate_grad_hooks, m.parameters()))
+    assert [p.data_ptr() for p in m.parameters()] == ptrs and not any(
+        map(tc.post_accumulate_grad_hooks, m.parameters())
+    )
     del ref
 
 
@@ -321,3 +347,19 @@ def test_distributed_data_parallel_is_refused_naming_the_unwrapped_module(world_
     z = torch.randn(4, 2, dtype=F64)
     game = gameopt.Game([gen, disc], lambda: (disc(gen(z)).mean(), -disc(gen(z)).mean()), process_group=world_of_one)
     game.step()
+
+
+def test_a_deep_copy_of_a_data_parallel_game_averages_over_the_same_group(world_of_one) -> None:
+    gen, disc = gan_mlps(width=4)
+
+    def losses(x, z):
+        f = disc(x).mean() - disc(gen(z)).mean()
+        return f, -f
+
+    game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SimGD(0.1), process_group=world_of_one)
+    twin = copy.deepcopy(game)
+    assert twin._parallel is game._parallel
+    for x, z in _batches(2, seed=4):
+        twin.step(x, z)
+        game.step(x, z)
+    assert_same_state(twin.state_dict(), game.state_dict())

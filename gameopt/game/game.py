@@ -108,9 +108,14 @@ class Game:
             that overflow are skipped (nothing changed) and the scale backs off.
 
     A game refuses a starting point that is not finite and parameters on the
-    ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
-    ``load_state_dict`` and the products hold ``game.lock`` (a re-entrant lock), so
-    a call from another thread waits for the running one (docs/misuse.md).
+    ``meta`` device (``ValueError``); a refused game changes nothing it was given
+    (the players' names, parameters, gradients and storage, the algorithm's binding).
+    An algorithm belongs to one game: another game refuses it (bind
+    ``copy.deepcopy(algorithm)``). ``copy.deepcopy(game)`` is an independent game
+    that steps as this one does; pickling is refused (save :meth:`state_dict`).
+    One call at a time: a step, ``state_dict``, ``load_state_dict`` and the products
+    hold ``game.lock`` (a re-entrant lock), so a call from another thread waits for
+    the running one (docs/misuse.md).
 
     Raises:
         ValueError: no players, a parameter owned by two players, neither ``losses``
@@ -564,10 +569,11 @@ class Game:
             if self._parallel is not None:  # a process group is not copied: the copy averages over the same
                 memo.setdefault(id(self._parallel), self._parallel)
             for key, value in vars(self).items():
-                if key not in _REBUILT:
-                    setattr(new, key, copy.deepcopy(value, memo))
+                if key in _REBUILT:
+                    continue
+                fresh = _FRESH_LOCKS.get(type(value))  # a lock of its own, never held
+                setattr(new, key, fresh() if fresh is not None else copy.deepcopy(value, memo))
             new.losses = copy_callable(self.losses, memo)  # after the players: a closure over them takes the copies
-            new.lock = threading.RLock()
             new._build_layout()
             new.algorithm = copy.deepcopy(self._algorithm, memo)  # an unbound copy, bound here
             _carry_binding(self, new, memo)
@@ -584,7 +590,6 @@ class Game:
 #: what a copy of a game builds for itself rather than copying (see :meth:`Game.__deepcopy__`)
 _REBUILT = frozenset(
     {
-        "lock",
         "losses",
         "layout",
         "_submodules",
@@ -599,6 +604,13 @@ _REBUILT = frozenset(
         "optimizer",
     }
 )
+
+
+#: the types of ``threading.Lock()`` and ``threading.RLock()``, and how to make a fresh one
+_FRESH_LOCKS: dict[type, Callable[[], Any]] = {
+    type(threading.Lock()): threading.Lock,
+    type(threading.RLock()): threading.RLock,
+}
 
 
 def _carry_binding(game: Game, new: Game, memo: dict[int, Any]) -> None:
