@@ -52,7 +52,7 @@ def why_unmovable(params: Sequence[Tensor], modules: Sequence[nn.Module]) -> str
             return (
                 f"gameopt cannot fuse {_name(p, k, modules)}: a weak reference to it is alive (a weakref.ref, a "
                 "WeakKeyDictionary, or torch.compile's guards), and torch.utils.swap_tensors refuses to move a weakly "
-                "referenced tensor: drop it, or build the player before making it"
+                "referenced tensor (now, and whenever the game moves it later): drop it"
             )
     return None
 
@@ -78,7 +78,7 @@ def _held(p: Tensor, name: str, modules: Sequence[nn.Module]) -> str:
         f"gameopt cannot fuse {name}: something else references it (use count {tc.use_count(p)}), and "
         "torch.utils.swap_tensors refuses to move it: a view of it kept elsewhere (made by slicing, .view() or "
         "indexing, also under torch.no_grad(); its ._base is the parameter), or a wrapper or extension that keeps "
-        "the parameters. Drop that reference, or make the view after building the player"
+        "the parameters. Drop that reference (compute such a view inside forward())"
     )
 
 
@@ -124,7 +124,7 @@ def _has_grad_accumulator(p: Tensor) -> bool:
     the node holds its parameter, so fetching a node that did not exist yet raises the
     use count by one, and fetching the existing one does not."""
     before = tc.use_count(p)
-    with torch.enable_grad():
+    with torch.inference_mode(False), torch.enable_grad():
         node = p.sum().grad_fn.next_functions[0][0]  # the sum is gone after this line; the node is kept
     existed = tc.use_count(p) == before
     del node

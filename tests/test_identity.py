@@ -307,6 +307,12 @@ def test_a_module_keeping_a_view_of_its_weight_is_refused_naming_the_view() -> N
     assert "autograd graph" not in str(info.value)
     assert m.weight.data_ptr() == ptr
     del m.w_view
+    with torch.no_grad():
+        elsewhere = m.weight[1:]  # a view the module does not keep
+    with pytest.raises(RuntimeError, match=r"parameter 'weight' of _KeepsAView: something else references it") as info:
+        Player(m)
+    assert "autograd graph" not in str(info.value) and m.weight.data_ptr() == ptr
+    del elsewhere
     assert _inside(m.weight, Player(m).params)
 
 
