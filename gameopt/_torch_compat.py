@@ -46,6 +46,7 @@ __all__ = [
     "rnn_flat_weights_init",
     "unflatten_dense",
     "use_count",
+    "view_base",
 ]
 
 #: (major, minor) of the running torch.
@@ -189,6 +190,13 @@ def use_count(t: Tensor) -> int:
     ``torch.utils.swap_tensors`` itself checks. Checked on 2.4.1, 2.13.0, 2.14.1; no
     public equivalent."""
     return t._use_count()
+
+
+def view_base(t: Tensor) -> Tensor | None:
+    """The tensor ``t`` is a view of (``Tensor._base``; a view holds it, so that
+    ``torch.utils.swap_tensors`` refuses to move it), or ``None``. Checked on 2.4.1,
+    2.13.0, 2.14.1; no public equivalent."""
+    return t._base
 
 
 def post_accumulate_grad_hooks(p: Tensor) -> dict[int, Callable[..., Any]] | None:

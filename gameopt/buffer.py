@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _torch_compat as tc
+from .unmovable import why_unmovable
 
 
 @dataclass(frozen=True)
@@ -203,9 +204,14 @@ def mark_stale(handle: Tensor, why: str) -> None:
     handle.__dict__["_gameopt_why"] = why
 
 
+def _held(t: Tensor) -> bool:
+    """Something besides ``t`` itself holds it (an autograd graph, a view, a wrapper), or a weakref."""
+    return tc.use_count(t) > 1 or bool(weakref.getweakrefs(t))
+
+
 def _swappable(t: Tensor) -> bool:
     """``swap_tensors`` accepts ``t``: no other C++ reference (an autograd graph) and no weakref."""
-    return tc.use_count(t) == 1 and not weakref.getweakrefs(t)
+    return not _held(t)
 
 
 def _buffer_of(handle: Tensor) -> FlatBuffer:
@@ -317,6 +323,7 @@ class FlatBuffer:
         self.align = align
         self.params = list(params)
         self._owner = owner
+        self._modules = list(modules)  # named when a parameter cannot move
         # recurrent layers keep weak references to their weights, which swap_tensors refuses
         self._rnns = [m for m in modules if isinstance(m, nn.RNNBase)]
         self.segments, self.padded_numel = self._layout(self.params, align)
@@ -355,14 +362,14 @@ class FlatBuffer:
     def _install(self, data: Tensor, grad: Tensor) -> None:
         """Copy the parameters' current values (and gradients) into ``data`` (and ``grad``)
         and make them views of it; the flat parameter ``self.data`` follows."""
-        # A parameter referenced by a live autograd graph (its AccumulateGrad node) cannot
-        # move: swap_tensors would only poison that node and fail at the next backward.
-        # Check them all before swapping any, so a refusal leaves everything untouched.
-        if any(tc.use_count(p) > 1 for p in self.params):
-            raise RuntimeError(
-                "gameopt cannot fuse a parameter while an autograd graph still uses it "
-                "(drop the outputs and losses of earlier forward passes first, or fuse before the forward pass)"
-            )
+        # A parameter referenced by a live autograd graph (its AccumulateGrad node), a
+        # view or a wrapper cannot move: swap_tensors refuses it (or, for a graph, would
+        # poison that node). Check them all before swapping any, so a refusal leaves
+        # everything untouched.
+        if any(map(_held, self.params)):
+            why = why_unmovable(self.params, self._modules)
+            if why is not None:
+                raise RuntimeError(why)
         data_views, grad_views = self.views(data), self.views(grad)
         with torch.no_grad():
             for p, view, gview in zip(self.params, data_views, grad_views):

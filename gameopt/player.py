@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -12,6 +13,8 @@ from torch import Tensor, nn
 from . import _torch_compat as tc
 from .buffer import FlatBuffer, FlatParameter, mark_stale, release
 from .constraints import Constraint, as_constraint
+from .copying import copy_callable
+from .unmovable import ddp_refusal
 
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
 _MISSING = object()
@@ -51,6 +54,27 @@ def _carry_flat_parameters(old: Sequence[FlatBuffer], new: Sequence[FlatBuffer])
         elif type(buf.data) is FlatParameter and buf.data.__dict__.get("_gameopt_buffer") is buf:
             what = "split across groups" if len(targets) > 1 else "left the player or joined another group"
             mark_stale(buf.data, f"the player re-fused and this group's parameters {what}")
+
+
+#: what fusing makes (:meth:`Player._fuse`), left out of copies and pickles: a copy fuses its own
+_FUSED = frozenset(
+    {
+        "buffers",
+        "has_sparse_grad",
+        "_params",
+        "_owners",
+        "_where",
+        "constraints",
+        "_modules_seen",
+        "_reg_dicts",
+        "_reg_names",
+        "_reg_values",
+        "_dicts",
+        "_sizes",
+        "_flagged",
+        "_flags",
+    }
+)
 
 
 class Player:
@@ -179,6 +203,10 @@ class Player:
         return out
 
     def _fuse(self) -> None:
+        modules = list(self.module.modules()) if self.module is not None else []
+        wrapped = ddp_refusal(self.name, modules)
+        if wrapped is not None:
+            raise ValueError(wrapped)
         params, owners = self._collect()
         if not params:
             raise ValueError(f"player {self.name!r} has no trainable parameters (requires_grad=True)")
@@ -198,7 +226,6 @@ class Player:
             if p.layout != torch.strided:
                 raise ValueError(f"player {self.name!r}: only strided (dense) parameters can be fused")
             groups.setdefault((p.device, p.dtype), []).append(p)
-        modules = list(self.module.modules()) if self.module is not None else []
         old: tuple[FlatBuffer, ...] = getattr(self, "buffers", ())
         buffers = tuple(FlatBuffer(g, self.align, modules, owner=self) for g in groups.values())
         # every group fused: optimizers built on the old flat parameters follow them,
@@ -385,6 +412,40 @@ class Player:
         """Point every parameter's ``.grad`` back into the flat gradient buffers."""
         for b in self.buffers:
             b.relink_grads()
+
+    def unfuse(self) -> None:
+        """Give every parameter its own storage again, with its current value and
+        gradient, and drop gameopt's hooks: the module as before fusing (what a refused
+        :class:`~gameopt.Game` does to the modules it wrapped). The player is done."""
+        for b in self.buffers:
+            for p in b.params:
+                release(p)
+
+    # --------------------------------------------------------------- copies
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: the module (or the parameters), the loss and
+        the settings. The fused storage stays behind: a copy fuses its own."""
+        return {k: v for k, v in vars(self).items() if k not in _FUSED}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._fuse()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Player:
+        """An independent player: a deep copy of the module (or the parameters), fused
+        into buffers of its own, the same values; the gradients start at zero, as
+        ``copy.deepcopy`` of a module leaves them. A ``loss=`` closure over the module
+        evaluates the copy's module (:func:`gameopt.copying.copy_callable`)."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = self.__getstate__()
+        loss = state.pop("loss")
+        state = copy.deepcopy(state, memo)
+        state["loss"] = copy_callable(loss, memo)  # after the module: a closure over it takes the copy
+        new.__setstate__(state)
+        for b in new.buffers:  # as copy.deepcopy of a module leaves its parameters: no gradient
+            b.zero_grad()
+        return new
 
     def __repr__(self) -> str:
         return f"Player({self.name!r}, numel={self.numel}, buffers={list(self.buffers)})"

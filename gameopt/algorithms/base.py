@@ -4,9 +4,10 @@ explicit state, and the (step, new state) contract."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..checks import check_bool, check_number, check_per_player
@@ -109,6 +110,22 @@ def _counts_like(mine: Any, theirs: Any) -> Any:
                 out["t"] = 0
         return out
     return mine
+
+
+#: what binding to a game sets (:meth:`Algorithm.bind`), left out of copies
+_BINDING = ("game", "param_groups", "defaults", "_checked")
+
+
+def _chain(algorithm: Algorithm | None) -> Iterator[Algorithm]:
+    """``algorithm``, its base, the base's base (:class:`Wrapper`), ..."""
+    while algorithm is not None:
+        yield algorithm
+        algorithm = algorithm.base if isinstance(algorithm, Wrapper) else None
+
+
+def _rule_views(rule: UpdateRule) -> Any:
+    """The layout views a per-player rule was bound to (``None`` for any other rule)."""
+    return rule._views if isinstance(rule, PerPlayer) else None
 
 
 def _check_rule_states(rule: UpdateRule, state: Any, path: str) -> None:
@@ -265,7 +282,10 @@ class Algorithm(Generic[S]):
     def bind(self, game: GameView) -> None:
         """Attach to a game: one param group per player (its lr and the schedulable
         hyperparameters). Refuses (changing nothing) a :class:`Hyper` without a
-        value. The game then makes the fresh state (:meth:`~gameopt.Algorithm.init_state`) and holds it."""
+        value, and an algorithm that another game still uses (``ValueError``; bind
+        ``copy.deepcopy(algorithm)`` instead). The game then makes the fresh state
+        (:meth:`~gameopt.Algorithm.init_state`) and holds it."""
+        self.check_unbound(game)
         self.check_settings()
         n = len(game.players)
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
@@ -292,6 +312,52 @@ class Algorithm(Generic[S]):
         common = {k: v for k, v in scheduled[0].items() if all(k in values for values in scheduled)}
         self.param_groups, self.defaults = groups, {"lr": lrs[0], **common}
         self.game = game
+
+    def check_unbound(self, game: GameView) -> None:
+        """Raise ``ValueError`` if another game still uses this algorithm (as its
+        algorithm, or inside it as the base of a :class:`Wrapper`): param groups,
+        learning rates and per-player rule views belong to one game. Binding to the
+        same game again, or to a new one after the old one replaced it, is fine."""
+        bound = self.game
+        if bound is None or bound is game or not any(a is self for a in _chain(getattr(bound, "algorithm", None))):
+            return
+        name = type(self).__name__
+        players = ", ".join(p.name for p in bound.players)
+        raise ValueError(
+            f"this {name} is already bound to another game (players {players}), as its algorithm or inside it: its "
+            f"param groups (learning rates, scheduled values, per-player update rules) belong to that game, and two "
+            f"games would step with each other's. Give each game its own: copy.deepcopy(algorithm) (an unbound copy "
+            f"with the same settings) or a new {name}(...)"
+        )
+
+    def save_binding(self) -> Callable[[], None]:
+        """A function that puts back this algorithm's binding as it is now (its game,
+        param groups and torch.optim defaults, and those of its base): a game whose
+        construction is refused after binding calls it, so that nothing changed."""
+        saved = [(a, {k: vars(a)[k] for k in _BINDING}, _rule_views(a.rule)) for a in _chain(self)]
+
+        def restore() -> None:
+            for algorithm, binding, views in saved:
+                vars(algorithm).update(binding)
+                if isinstance(algorithm.rule, PerPlayer):
+                    algorithm.rule._views = views
+
+        return restore
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: every setting, not the binding (the game, its
+        param groups), so ``copy.deepcopy(algorithm)`` is an unbound algorithm with the
+        same settings, ready for another game (a copy of the whole game binds its own)."""
+        state = {k: v for k, v in vars(self).items() if k not in _BINDING}
+        views = _rule_views(self.rule)
+        if views is not None:  # the per-player rule's views of the game's layout stay behind
+            rule = state["rule"] = copy.copy(self.rule)
+            rule._views = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self.game, self.param_groups, self.defaults, self._checked = None, [], {}, None
 
     def refresh_params(self, game: GameView) -> None:
         """After the game re-laid its storage, point the param groups at it."""
@@ -481,6 +547,7 @@ class Wrapper(Algorithm[S]):
         return self.base.evaluates_once
 
     def bind(self, game: GameView) -> None:
+        self.check_unbound(game)
         self.check_settings()  # this one's own; the base's own bind checks the base's
         self.base.bind(game)
         self.param_groups, self.defaults = self.base.param_groups, self.base.defaults

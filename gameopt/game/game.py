@@ -10,6 +10,7 @@ change) and :mod:`.checkpoint` (``state_dict`` and its checks).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import threading
@@ -24,6 +25,7 @@ from .. import _torch_compat as tc
 from .. import autodiff
 from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
+from ..copying import copy_callable
 from ..distributed import DataParallel
 from ..evaluation import DynamicLossScale, Evaluations, StepLosses, restore_buffers, saved_buffers
 from ..layout import JointLayout, VecPool
@@ -36,6 +38,7 @@ from . import checkpoint, relayout
 from .errors import NonFiniteError
 from .moves import Moves
 from .oracle import Oracle, StepContext
+from .rollback import Rollback
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +108,14 @@ class Game:
             that overflow are skipped (nothing changed) and the scale backs off.
 
     A game refuses a starting point that is not finite and parameters on the
-    ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
-    ``load_state_dict`` and the products hold ``game.lock`` (a re-entrant lock), so
-    a call from another thread waits for the running one (docs/misuse.md).
+    ``meta`` device (``ValueError``); a refused game changes nothing it was given
+    (the players' names, parameters, gradients and storage, the algorithm's binding).
+    An algorithm belongs to one game: another game refuses it (bind
+    ``copy.deepcopy(algorithm)``). ``copy.deepcopy(game)`` is an independent game
+    that steps as this one does; pickling is refused (save :meth:`state_dict`).
+    One call at a time: a step, ``state_dict``, ``load_state_dict`` and the products
+    hold ``game.lock`` (a re-entrant lock), so a call from another thread waits for
+    the running one (docs/misuse.md).
 
     Raises:
         ValueError: no players, a parameter owned by two players, neither ``losses``
@@ -133,41 +141,57 @@ class Game:
         self.lock = threading.RLock()
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
-        self.players = [p if isinstance(p, Player) else Player(p) for p in players]
-        _unique_names(self.players)
-        self._check_ownership()
-        if losses is None:
-            missing = [p.name for p in self.players if p.loss is None]
-            if missing:
-                raise ValueError(f"no losses given and players {missing} have no loss=")
-            losses = self._own_losses
-        elif not callable(losses):
-            raise TypeError("losses must be a callable returning one scalar loss per player")
-        self.losses = losses
-        if on_nonfinite not in ("raise", "skip"):
-            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
-        self.on_nonfinite = on_nonfinite
-        if loss_scale is not None and not isinstance(loss_scale, DynamicLossScale):
-            raise TypeError(f"loss_scale must be a gameopt.DynamicLossScale, got {type(loss_scale).__name__}")
-        self.loss_scale = loss_scale
-        self.skipped_steps = 0
-        self._forward_mode = autodiff.ForwardMode()  # kept across re-layouts
         algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
-        _check_algorithm(algorithm)
-        self._parallel = DataParallel(process_group) if process_group is not None else None
-        self.check_replicas_every = int(check_replicas_every)
-        self._steps = 0
-        self._build_layout()
-        self._check_fits(algorithm)
-        self._check_values()
+        rollback = Rollback(players, algorithm)  # a refused game changes nothing it was given
+        try:
+            self.players = [rollback.player(p) for p in players]
+            _unique_names(self.players)
+            self._check_ownership()
+            if losses is None:
+                missing = [p.name for p in self.players if p.loss is None]
+                if missing:
+                    raise ValueError(f"no losses given and players {missing} have no loss=")
+                losses = self._own_losses
+            elif not callable(losses):
+                raise TypeError("losses must be a callable returning one scalar loss per player")
+            self.losses = losses
+            if on_nonfinite not in ("raise", "skip"):
+                raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+            self.on_nonfinite = on_nonfinite
+            if loss_scale is not None and not isinstance(loss_scale, DynamicLossScale):
+                raise TypeError(f"loss_scale must be a gameopt.DynamicLossScale, got {type(loss_scale).__name__}")
+            self.loss_scale = loss_scale
+            self.skipped_steps = 0
+            self._forward_mode = autodiff.ForwardMode()  # kept across re-layouts
+            _check_algorithm(algorithm)
+            self._parallel = DataParallel(process_group) if process_group is not None else None
+            self.check_replicas_every = int(check_replicas_every)
+            self._steps = 0
+            self._build_layout()
+            self._check_fits(algorithm)
+            self._check_values()
+            self._start(algorithm)
+        except BaseException:
+            rollback.undo()
+            raise
+
+    def _start(self, algorithm: Algorithm) -> None:
+        """Bind ``algorithm`` (``self.optimizer``, its state), then make the starting
+        point: rank 0's in a data-parallel game, checked finite, projected onto the
+        feasible sets. Every refusal of the algorithm comes before a value changes."""
+        if self._parallel is None:
+            self._check_start()
+        self.algorithm = algorithm  # binds it and builds ``self.optimizer``
         if self._parallel is not None:  # rank 0's parameters and buffers, as DDP does
             with torch.no_grad():
                 self._parallel.broadcast_(self.layout.data)
                 self._parallel.broadcast_coalesced_(self._replicated_buffers())
-        self._check_start()
-        for what in self.project_(self.layout.data):
+            self._check_start()
+        moved = self.project_(self.layout.data)
+        for what in moved:
             log.info("the starting point was outside its feasible set: projected %s", what)
-        self.algorithm = algorithm  # binds it and builds ``self.optimizer``
+        if moved or self._parallel is not None:  # the state of the point the game starts from
+            self.algorithm_state = algorithm.init_state(self)
 
     @property
     def algorithm(self) -> Algorithm:
@@ -531,6 +555,84 @@ class Game:
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
         return f"Game([{names}], algorithm={self.algorithm!r})"
+
+    # ---------------------------------------------------------------- copies
+    def __deepcopy__(self, memo: dict[int, Any]) -> Game:
+        """An independent game that steps as this one does: deep copies of the players
+        (fused into storage of their own), of the losses (a closure over the players'
+        modules evaluates the copies, see :func:`gameopt.copying.copy_callable`), of
+        the algorithm (bound to the copy, with these param groups' values) and of its
+        state; a lock of its own. A data-parallel copy shares the process group."""
+        with self.lock:
+            self._refresh()  # the copy's layout is the one the state was made for
+            new = type(self).__new__(type(self))
+            memo[id(self)] = new
+            if self._parallel is not None:  # a process group is not copied: the copy averages over the same
+                memo.setdefault(id(self._parallel), self._parallel)
+            for key, value in vars(self).items():
+                if key in _REBUILT:
+                    continue
+                fresh = _FRESH_LOCKS.get(type(value))  # a lock of its own, never held
+                setattr(new, key, fresh() if fresh is not None else copy.deepcopy(value, memo))
+            new.losses = copy_callable(self.losses, memo)  # after the players: a closure over them takes the copies
+            new._build_layout()
+            new.algorithm = copy.deepcopy(self._algorithm, memo)  # an unbound copy, bound here
+            _carry_binding(self, new, memo)
+            return new
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a gameopt.Game cannot be pickled (or copied with copy.copy): it holds a lock, its players' fused storage "
+            "and your losses callable. Save game.state_dict() (torch.save) and load it into a game built the same "
+            "way (game.load_state_dict); for a copy in memory, use copy.deepcopy(game)"
+        )
+
+
+#: what a copy of a game builds for itself rather than copying (see :meth:`Game.__deepcopy__`)
+_REBUILT = frozenset(
+    {
+        "losses",
+        "layout",
+        "_submodules",
+        "_buffer_registries",
+        "_problem",
+        "_pool",
+        "_watch",
+        "_moves",
+        "_step_context",
+        "_algorithm",
+        "algorithm_state",
+        "optimizer",
+    }
+)
+
+
+#: the types of ``threading.Lock()`` and ``threading.RLock()``, and how to make a fresh one
+_FRESH_LOCKS: dict[type, Callable[[], Any]] = {
+    type(threading.Lock()): threading.Lock,
+    type(threading.RLock()): threading.RLock,
+}
+
+
+def _carry_binding(game: Game, new: Game, memo: dict[int, Any]) -> None:
+    """Give ``new`` (a copy of ``game``, its copied algorithm bound) the values of
+    ``game``'s param groups (scheduled learning rates and settings) and a copy of its
+    algorithm state, and the hooks of its optimizer. What this deep copy meets later
+    of ``game``'s optimizer, param groups and flat parameters (a scheduler's
+    reference) becomes ``new``'s."""
+    old_algorithm, algorithm = game.algorithm, new.algorithm
+    for mine, theirs in zip(algorithm.param_groups, old_algorithm.param_groups):
+        mine.update(copy.deepcopy({k: v for k, v in theirs.items() if k != "params"}, memo))
+        memo[id(theirs)] = mine
+    memo[id(old_algorithm.param_groups)] = algorithm.param_groups
+    memo[id(old_algorithm.defaults)] = algorithm.defaults
+    memo[id(game.optimizer)] = new.optimizer
+    for key, value in vars(game.optimizer).items():  # hooks, and a scheduler's wrapper of step
+        if key not in ("_game", "algorithm", "param_groups", "defaults", "state"):
+            setattr(new.optimizer, key, copy_callable(value, memo))
+    for old_buffers, buffers in zip((p.buffers for p in game.players), (p.buffers for p in new.players)):
+        memo.update((id(a.data), b.data) for a, b in zip(old_buffers, buffers))
+    new.algorithm_state = copy.deepcopy(game.algorithm_state, memo)
 
 
 def _unique_names(players: list[Player]) -> None:
