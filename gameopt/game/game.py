@@ -31,7 +31,7 @@ from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
 from ..state import tensors_in
-from ..vec import Vec, all_finite
+from ..vec import Vec, all_finite, finite_bounds
 from . import checkpoint, relayout
 from .errors import NonFiniteError
 from .moves import Moves
@@ -556,8 +556,9 @@ def _check_update(
 ) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
-    kept as a plain list (``TypeError``), a step or new state that is not finite
-    (:class:`NonFiniteError`). Returns the new state's tensors."""
+    kept as a plain list (``TypeError``), a step or new state that is not finite, or a
+    step whose new point would overflow its dtype (:class:`NonFiniteError`, see
+    :meth:`Moves.check_step`). Returns the new state's tensors."""
     new_tensors = tensors_in(new_state)
     if new_tensors:
         _check_not_borrowed(new_tensors, oracle.borrowed, name)
@@ -566,8 +567,10 @@ def _check_update(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    if not all_finite(_unchecked(delta, new_tensors, old_state)):
+    bounds = finite_bounds(_unchecked(delta, new_tensors, old_state))  # the step's first
+    if bounds is None:
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+    oracle._context.moves.check_step(delta, bounds)  # the new point: w + delta
     return new_tensors
 
 
@@ -583,13 +586,15 @@ def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec]
 
 
 def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> Sequence[Tensor]:
-    """The tensors of a step to check for finiteness, each once: the delta and the
-    new state's tensors, less what the old state already held (checked when committed)."""
+    """The tensors of a step to check for finiteness, each once: the delta's first
+    (all of them: their bounds are read too), then the new state's tensors, less what
+    the delta or the old state already held (checked when committed)."""
     if not new_tensors:
         return delta
     seen = set(map(id, tensors_in(old_state)))
-    out = []
-    for t in [*delta, *new_tensors]:
+    seen.update(map(id, delta))
+    out = list(delta)
+    for t in new_tensors:
         if id(t) not in seen:
             seen.add(id(t))
             out.append(t)
