@@ -509,15 +509,7 @@ class LagrangianGame:
         reached = (new >= cap) & (old < cap)  # before the write: ``old`` may be a view of ``c``
         c[index] = new
         if bool(reached.any()):
-            which = torch.arange(c.numel(), device=c.device)[index][reached].tolist()
-            log.warning(
-                "LagrangianGame: the penalty coefficients of the %s constraints %s reached the cap %g "
-                "(MultiplicativePenalty.max_coefficient, or the dtype's largest value) and stay there: "
-                "these constraints may be infeasible or badly scaled",
-                "inequality" if kind == "ineq" else "equality",
-                which,
-                cap,
-            )
+            _warn_capped(kind, torch.arange(c.numel(), device=c.device)[index][reached].tolist(), cap)
 
     @property
     def multipliers(self) -> tuple[Tensor | None, Tensor | None]:
@@ -567,6 +559,17 @@ class LagrangianGame:
             if bool((c < 0).any()):
                 raise ValueError(f"penalties.{kind}: coefficients must be >= 0")
         return saved
+
+
+def _warn_capped(kind: str, which: list[int], cap: float) -> None:
+    log.warning(
+        "LagrangianGame: the penalty coefficients of the %s constraints %s reached the cap %g "
+        "(MultiplicativePenalty.max_coefficient, or the dtype's largest value) and stay there: "
+        "these constraints may be infeasible or badly scaled",
+        "inequality" if kind == "ineq" else "equality",
+        which,
+        cap,
+    )
 
 
 def _pair(value: Any, n: int, what: str, counted: str) -> tuple[Tensor, Tensor]:

@@ -128,6 +128,52 @@ def test_a_write_the_game_did_not_make_is_seen_before_the_next_step(write) -> No
     assert torch.equal(module.w.detach(), before)
 
 
+def test_after_a_refused_step_a_write_into_a_group_that_passed_is_seen() -> None:
+    """Two groups (float16, float32): a step refused in the second leaves the first's
+    bound unsettled, so one write into the first is seen before the next step."""
+    x = nn.Parameter(torch.zeros(3, dtype=torch.float16))
+    y = nn.Parameter(torch.zeros(3, dtype=torch.float32))
+    game = gameopt.Game(
+        [gameopt.Player([x], name="gen"), gameopt.Player([y], name="disc")],
+        lambda: (-x.sum(), -y.sum()),
+        algorithm=gameopt.SimGD([1000.0, 1e38]),
+    )
+    with torch.no_grad():
+        y[0] = 3e38
+    with pytest.raises(gameopt.NonFiniteError, match="player 'disc' overflows float32"):
+        game.step()
+    with torch.no_grad():
+        y.zero_()
+        x[0] = 65000.0  # one write into gen's group
+    with pytest.raises(gameopt.NonFiniteError, match="player 'gen' overflows float16"):
+        game.step()
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_a_move_of_the_live_point_outside_a_step_is_seen(constrained) -> None:
+    """``Game.move`` writing the game's own point (not a step's checked move) leaves
+    no bound behind: the next step reads the point."""
+    module = nn.Module()
+    module.w = nn.Parameter(torch.full((3,), 1 / 3, dtype=torch.float16))
+    module.v = nn.Parameter(torch.zeros(3, dtype=torch.float16))
+    y = nn.Parameter(torch.zeros(2, dtype=torch.float16))
+    sets = {"constraint": {"w": gameopt.constraints.Simplex()}} if constrained else {}
+    game = gameopt.Game(
+        [gameopt.Player(module, name="gen", **sets), gameopt.Player([y], name="disc")],
+        lambda: (-module.v.sum() + module.w.sum(), (y * y).sum()),
+        algorithm=gameopt.SimGD(1000.0),
+    )
+    game.step()
+    data = game.layout.data
+    jump = [torch.zeros_like(t) for t in data]
+    where = (module.v.data_ptr() - data[0].data_ptr()) // data[0].element_size()
+    jump[0][where] = 64000.0  # at v[0]
+    game.move(data, jump, out=data)
+    assert float(module.v[0].detach()) == 64992.0  # 1000 + 64000, rounded to float16
+    with pytest.raises(gameopt.NonFiniteError, match="player 'gen' overflows float16"):
+        game.step()
+
+
 def test_a_constrained_parameter_is_moved_through_its_set_not_refused_for_its_sum() -> None:
     """A box at float16's edge: w + delta overflows, its projection does not. The
     check of the new point looks at the sets' points for constrained parameters."""

@@ -62,6 +62,7 @@ class Moves:
         self._limits = [torch.finfo(t.dtype).max for t in layout.data]
         self._bounds = [math.inf] * len(layout.data)  # unknown: read at the first step
         self._versions = [-1] * len(layout.data)
+        self._checked: int | None = None  # id of the step check_step passed last (read by a move through sets)
 
     def _param_view(self, vec: Vec, e: Entry, k: int) -> Tensor:
         return e.buffer.views(self.layout.entry_view(vec, e))[k]
@@ -144,8 +145,9 @@ class Moves:
         if self._uncovered:  # groups that the sets' points do not fill
             _add(*([vec[k] for k in self._uncovered] for vec in (out, w, delta)))
         tc.foreach_copy_(self._views(out), moved)
-        if out is self.layout.data:  # the bounds that check_step raised, and the sets' points
-            self._versions = [t._version for t in out] if w is out else [-1] * len(out)
+        if out is self.layout.data:  # the bounds that check_step raised for this step, and the sets' points
+            checked, self._checked = self._checked == id(delta) and w is out, None
+            self._versions = [t._version if checked else -1 for t in out]
             for (e, _, _), b in zip(self.constrained, point_bounds):
                 self._bounds[e.group] = max(self._bounds[e.group], b)
         return out
@@ -168,14 +170,19 @@ class Moves:
         ``.data`` or numpy) is not seen either."""
         bounds, versions, limits = self._bounds, self._versions, self._limits
         g = 0
-        for w in self.layout.data:  # (no zip or enumerate: this runs every step)
-            version = w._version
-            bound = bounds[g] if version == versions[g] else _INF
-            if not bound + delta_bounds[g] <= limits[g]:  # (a NaN never passes)
-                bound = self._read(g, delta[g], delta_bounds[g])
-            bounds[g] = bound + delta_bounds[g]  # an upper bound whether or not the move follows
-            versions[g] = version + 1  # the move adds in place: one write (through sets, it reads them)
-            g += 1
+        try:
+            for w in self.layout.data:  # (no zip or enumerate: this runs every step)
+                version = w._version
+                bound = bounds[g] if version == versions[g] else _INF
+                if not bound + delta_bounds[g] <= limits[g]:  # (a NaN never passes)
+                    bound = self._read(g, delta[g], delta_bounds[g])
+                bounds[g] = bound + delta_bounds[g]  # an upper bound whether or not the move follows
+                versions[g] = version + 1  # the move adds in place: one write (through sets, it reads them)
+                g += 1
+        except BaseException:  # refused: no move follows, so no version is to be expected
+            self._versions = [-1] * len(versions)
+            raise
+        self._checked = id(delta)  # not the vector: a step's delta is not kept past the step
 
     def _read(self, g: int, step: Tensor, step_bound: float) -> float:
         """Group ``g``'s bound read exactly; if the step may still overflow, the new
