@@ -62,7 +62,12 @@ class Moves:
         self._limits = [torch.finfo(t.dtype).max for t in layout.data]
         self._bounds = [math.inf] * len(layout.data)  # unknown: read at the first step
         self._versions = [-1] * len(layout.data)
-        self._checked: int | None = None  # id of the step check_step passed last (read by a move through sets)
+        # the writes a move makes into each group, each a version: one add, or through sets,
+        # an add where the sets' points do not fill the group and one copy per constrained parameter
+        self._writes = [1 if not self.constrained or g in self._uncovered else 0 for g in range(len(layout.data))]
+        for e, _, _ in self.constrained:
+            self._writes[e.group] += 1
+        self._constrained_groups = sorted({e.group for e, _, _ in self.constrained})
 
     def _param_view(self, vec: Vec, e: Entry, k: int) -> Tensor:
         return e.buffer.views(self.layout.entry_view(vec, e))[k]
@@ -145,11 +150,10 @@ class Moves:
         if self._uncovered:  # groups that the sets' points do not fill
             _add(*([vec[k] for k in self._uncovered] for vec in (out, w, delta)))
         tc.foreach_copy_(self._views(out), moved)
-        if out is self.layout.data:  # the bounds that check_step raised for this step, and the sets' points
-            checked, self._checked = self._checked == id(delta) and w is out, None
-            self._versions = [t._version if checked else -1 for t in out]
-            for (e, _, _), b in zip(self.constrained, point_bounds):
-                self._bounds[e.group] = max(self._bounds[e.group], b)
+        if out is self.layout.data:  # the sets' points may lie beyond the bound that check_step left
+            largest = max(point_bounds)
+            for g in self._constrained_groups:
+                self._bounds[g] = max(self._bounds[g], largest)
         return out
 
     def check_step(self, delta: Vec, delta_bounds: Sequence[float]) -> None:
@@ -168,7 +172,7 @@ class Moves:
         a module's ``load_state_dict``, a ``torch.optim`` step, a checkpoint) moves it,
         and the bound is read again. A write that autograd cannot see (through
         ``.data`` or numpy) is not seen either."""
-        bounds, versions, limits = self._bounds, self._versions, self._limits
+        bounds, versions, limits, writes = self._bounds, self._versions, self._limits, self._writes
         g = 0
         try:
             for w in self.layout.data:  # (no zip or enumerate: this runs every step)
@@ -177,12 +181,11 @@ class Moves:
                 if not bound + delta_bounds[g] <= limits[g]:  # (a NaN never passes)
                     bound = self._read(g, delta[g], delta_bounds[g])
                 bounds[g] = bound + delta_bounds[g]  # an upper bound whether or not the move follows
-                versions[g] = version + 1  # the move adds in place: one write (through sets, it reads them)
+                versions[g] = version + writes[g]  # as the move will leave it
                 g += 1
         except BaseException:  # refused: no move follows, so no version is to be expected
             self._versions = [-1] * len(versions)
             raise
-        self._checked = id(delta)  # not the vector: a step's delta is not kept past the step
 
     def _read(self, g: int, step: Tensor, step_bound: float) -> float:
         """Group ``g``'s bound read exactly; if the step may still overflow, the new
