@@ -180,9 +180,9 @@ class MultiplicativePenalty:
         check_number("max_coefficient", self.max_coefficient, low=0.0, low_open=True)
 
     def cap(self, dtype: torch.dtype) -> float:
-        """The largest coefficient of ``dtype`` that growth reaches: ``max_coefficient``,
-        or the dtype's largest finite value where that is smaller."""
-        return min(self.max_coefficient, torch.finfo(dtype).max)
+        """The largest coefficient of ``dtype`` that growth reaches: ``max_coefficient``
+        (as ``dtype`` holds it), or the dtype's largest finite value where that is smaller."""
+        return float(torch.tensor(min(self.max_coefficient, torch.finfo(dtype).max), dtype=dtype))
 
     def updated(self, c: Tensor, start: float, strict: Tensor, *, inequality: bool) -> Tensor:
         """The coefficients ``c`` after a step that observed the strict values ``strict``
@@ -325,8 +325,9 @@ class LagrangianGame:
     Raises:
         ValueError: no constraints (``num_ineq`` and ``num_eq`` both 0), a negative
             or non-finite ``penalty``, a formulation that does not fit it, a
-            ``penalty_update`` without a penalty or with a multiplier model, or
-            ``multipliers`` that do not fit the constraints.
+            ``penalty_update`` without a penalty, with a multiplier model or with a
+            ``max_coefficient`` below ``penalty``, or ``multipliers`` that do not fit
+            the constraints.
         TypeError: ``objective_and_constraints`` is not callable, or ``multipliers``
             or ``penalty_update`` of the wrong type.
     """

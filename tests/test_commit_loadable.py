@@ -285,13 +285,15 @@ def _set_penalty(problem, value: float) -> None:
     problem.load_state_dict(saved)
 
 
-def test_a_growing_penalty_coefficient_stops_at_max_coefficient_with_one_warning(caplog) -> None:
-    problem = _infeasible()
-    _set_penalty(problem, 0.95e8)
+@pytest.mark.parametrize("cap", [None, 123456789.0], ids=["default", "not-a-float32"])
+def test_a_growing_penalty_coefficient_stops_at_max_coefficient_with_one_warning(caplog, cap) -> None:
+    problem = _infeasible() if cap is None else _infeasible(max_coefficient=cap)
+    cap = float(torch.tensor(cap or 1e8, dtype=torch.float32))  # the default is 1e8; as float32 holds it
+    _set_penalty(problem, 0.95 * cap)
     with caplog.at_level(logging.WARNING, logger="gameopt.lagrangian"):
         problem.step()
         problem.step()
-    assert float(problem.penalties[0]) == 1e8  # not 0.95e8 * 1.1
+    assert float(problem.penalties[0]) == cap  # not 0.95 * 1.1 * cap
     warnings = [r for r in caplog.records if "reached the cap" in r.getMessage()]
     assert len(warnings) == 1 and "inequality constraints [0]" in warnings[0].getMessage()
 
