@@ -95,7 +95,7 @@ class Moves:
             yield
             return
         data = self.layout.data
-        intact = self._versions == [t._version for t in data]  # the bounds hold (see check_step)
+        intact = self._versions == list(map(tc.version, data))  # the bounds hold (see check_step)
         self.backup = self.layout.empty()
         tc.foreach_copy_(self.backup, data)
         try:
@@ -122,7 +122,7 @@ class Moves:
             tc.foreach_copy_(data, self.backup)
             self.backup = None  # not held through the rest of the step (its peak)
             if intact:  # the point is back as it was: so are the bounds
-                self._versions = [t._version for t in data]
+                self._versions = list(map(tc.version, data))
 
     def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
         """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
@@ -173,10 +173,11 @@ class Moves:
         and the bound is read again. A write that autograd cannot see (through
         ``.data`` or numpy) is not seen either."""
         bounds, versions, limits, writes = self._bounds, self._versions, self._limits, self._writes
+        version_of = tc.version
         g = 0
         try:
             for w in self.layout.data:  # (no zip or enumerate: this runs every step)
-                version = w._version
+                version = version_of(w)
                 bound = bounds[g] if version == versions[g] else _INF
                 if not bound + delta_bounds[g] <= limits[g]:  # (a NaN never passes)
                     bound = self._read(g, delta[g], delta_bounds[g])
@@ -192,7 +193,7 @@ class Moves:
         point checked element by element (:meth:`_check_sum`)."""
         w = self.layout.data[g]
         bound = self._bounds[g] = max_abs(w)  # kept, also if the step is refused
-        self._versions[g] = w._version
+        self._versions[g] = tc.version(w)
         if not bound + step_bound <= self._limits[g]:
             self._check_sum(g, step)
         return bound
