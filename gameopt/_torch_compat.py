@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
 import re
 import warnings
@@ -47,6 +48,7 @@ __all__ = [
     "unflatten_dense",
     "use_count",
     "view_base",
+    "version",
 ]
 
 #: (major, minor) of the running torch.
@@ -197,6 +199,13 @@ def view_base(t: Tensor) -> Tensor | None:
     ``torch.utils.swap_tensors`` refuses to move it), or ``None``. Checked on 2.4.1,
     2.13.0, 2.14.1; no public equivalent."""
     return t._base
+
+
+#: ``t``'s version counter (``Tensor._version``): every in-place write through autograd
+#: moves it, also through a view (views share their base's); a write through ``.data``
+#: or numpy does not. An attribute getter, read every step (a call would cost more).
+#: Checked on 2.13.0; no public equivalent.
+version: Callable[[Tensor], int] = operator.attrgetter("_version")
 
 
 def post_accumulate_grad_hooks(p: Tensor) -> dict[int, Callable[..., Any]] | None:

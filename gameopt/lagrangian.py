@@ -65,6 +65,7 @@ with a softplus or a ReLU).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -83,6 +84,8 @@ from .state import check_like, clone_state
 ObjectiveAndConstraints = Callable[..., Sequence[Any]]
 FORMULATIONS = ("lagrangian", "augmented_lagrangian", "quadratic_penalty")
 KINDS = {"ineq": ("g", "num_ineq"), "eq": ("h", "num_eq")}
+
+log = logging.getLogger(__name__)
 
 
 class Proxy(NamedTuple):
@@ -134,9 +137,9 @@ class Sampled(NamedTuple):
 @dataclass(frozen=True)
 class MultiplicativePenalty:
     """Grow each penalty coefficient by ``growth`` after a step whose strict violation
-    of its constraint exceeds ``tolerance`` (``max(0, gᵢ)``, ``|hⱼ|``):
+    of its constraint exceeds ``tolerance`` (``max(0, gᵢ)``, ``|hⱼ|``), up to a cap:
 
-    .. math:: c_i ← \\begin{cases} \\text{growth} \\cdot c_i & v_i > \\text{tolerance} \\\\
+    .. math:: c_i ← \\begin{cases} \\min(\\text{growth} \\cdot c_i, \\; c_{\\max}) & v_i > \\text{tolerance} \\\\
         c_i^{(0)} & v_i = 0 \\text{ (an inequality, with restart)} \\\\
         c_i & \\text{otherwise} \\end{cases}
 
@@ -145,10 +148,21 @@ class MultiplicativePenalty:
     The violations are those at the start of the step; only the observed constraints'
     coefficients change (see :class:`Sampled`).
 
+    The cap ``c_max`` is ``max_coefficient``, or the largest finite value of the
+    coefficients' dtype (the model's) where that is smaller: a constraint the model
+    cannot meet would otherwise grow its coefficient to infinity (float32: after
+    about 930 steps at ``growth=1.1``), which no checkpoint can hold. A coefficient
+    that reaches the cap stays there, and the game logs a warning naming the
+    constraints once, when they reach it (a sign of an infeasible or badly scaled
+    constraint). A coefficient above the cap (loaded from a checkpoint saved with a
+    larger one) is kept as it is, never lowered.
+
     Args:
         growth: the factor, ≥ 1.
         tolerance: the violation below which a coefficient stays, ≥ 0.
         restart: whether a satisfied inequality's coefficient returns to its start.
+        max_coefficient: the cap, finite and > 0 (default 1e8); the starting
+            coefficient (``penalty``) may not exceed it.
 
     Raises:
         ValueError: a setting outside its range.
@@ -157,17 +171,25 @@ class MultiplicativePenalty:
     growth: float = 1.01
     tolerance: float = 1e-4
     restart: bool = True
+    max_coefficient: float = 1e8
 
     def __post_init__(self) -> None:
         check_number("growth", self.growth, low=1.0)
         check_number("tolerance", self.tolerance, low=0.0)
         check_bool("restart", self.restart)
+        check_number("max_coefficient", self.max_coefficient, low=0.0, low_open=True)
+
+    def cap(self, dtype: torch.dtype) -> float:
+        """The largest coefficient of ``dtype`` that growth reaches: ``max_coefficient``
+        (as ``dtype`` holds it), or the dtype's largest finite value where that is smaller."""
+        return float(torch.tensor(min(self.max_coefficient, torch.finfo(dtype).max), dtype=dtype))
 
     def updated(self, c: Tensor, start: float, strict: Tensor, *, inequality: bool) -> Tensor:
         """The coefficients ``c`` after a step that observed the strict values ``strict``
         (``start``: their values at the start of the run)."""
         violation = strict.clamp_min(0) if inequality else strict.abs()
-        new = torch.where(violation > self.tolerance, c * self.growth, c)
+        grown = torch.maximum((c * self.growth).clamp_max(self.cap(c.dtype)), c)  # an inf product: the cap
+        new = torch.where(violation > self.tolerance, grown, c)
         if self.restart and inequality:
             new = torch.where(violation == 0, start, new)
         return new
@@ -303,8 +325,9 @@ class LagrangianGame:
     Raises:
         ValueError: no constraints (``num_ineq`` and ``num_eq`` both 0), a negative
             or non-finite ``penalty``, a formulation that does not fit it, a
-            ``penalty_update`` without a penalty or with a multiplier model, or
-            ``multipliers`` that do not fit the constraints.
+            ``penalty_update`` without a penalty, with a multiplier model or with a
+            ``max_coefficient`` below ``penalty``, or ``multipliers`` that do not fit
+            the constraints.
         TypeError: ``objective_and_constraints`` is not callable, or ``multipliers``
             or ``penalty_update`` of the wrong type.
     """
@@ -342,6 +365,11 @@ class LagrangianGame:
                 )
             if models:
                 raise ValueError("penalty_update keeps a coefficient per constraint index; a multiplier model has none")
+            if self.penalty > penalty_update.max_coefficient:
+                raise ValueError(
+                    f"penalty={self.penalty:g} exceeds the cap of its growth, penalty_update.max_coefficient="
+                    f"{penalty_update.max_coefficient:g}: start at or below the cap, or raise it"
+                )
         self.penalty_update = penalty_update
         self.objective_and_constraints = objective_and_constraints
         primal = model if isinstance(model, Player) else Player(model)
@@ -476,7 +504,13 @@ class LagrangianGame:
         if not c.numel():
             return
         index = slice(None) if observed.features is None else observed.features
-        c[index] = self.penalty_update.updated(c[index], self.penalty, observed.dual, inequality=kind == "ineq")
+        old = c[index]
+        new = self.penalty_update.updated(old, self.penalty, observed.dual, inequality=kind == "ineq")
+        cap = self.penalty_update.cap(c.dtype)
+        reached = (new >= cap) & (old < cap)  # before the write: ``old`` may be a view of ``c``
+        c[index] = new
+        if bool(reached.any()):
+            _warn_capped(kind, torch.arange(c.numel(), device=c.device)[index][reached].tolist(), cap)
 
     @property
     def multipliers(self) -> tuple[Tensor | None, Tensor | None]:
@@ -526,6 +560,17 @@ class LagrangianGame:
             if bool((c < 0).any()):
                 raise ValueError(f"penalties.{kind}: coefficients must be >= 0")
         return saved
+
+
+def _warn_capped(kind: str, which: list[int], cap: float) -> None:
+    log.warning(
+        "LagrangianGame: the penalty coefficients of the %s constraints %s reached the cap %g "
+        "(MultiplicativePenalty.max_coefficient, or the dtype's largest value) and stay there: "
+        "these constraints may be infeasible or badly scaled",
+        "inequality" if kind == "ineq" else "equality",
+        which,
+        cap,
+    )
 
 
 def _pair(value: Any, n: int, what: str, counted: str) -> tuple[Tensor, Tensor]:

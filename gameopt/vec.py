@@ -152,26 +152,91 @@ def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:
 #: as a small game's whole bookkeeping (``benchmarks/step_cost.py --small``)
 READ_MAX = 64
 
+_HALF = (torch.float16, torch.bfloat16)
+_INF = math.inf
+_MARGIN = 1 + 2.0**-20  # a norm's rounding (see finite_bounds)
+
 
 def all_finite(vecs: Sequence[Tensor]) -> bool:
-    """True when every element is finite. A small real tensor on the CPU is read
-    value by value (:data:`READ_MAX`); any other takes one reduction (a sum, which
-    any NaN or infinity poisons; half precision is summed in float32), and the
-    sums one host sync, far cheaper than ``isfinite(t).all()``."""
-    sums = []
+    """True when every element is finite (see :func:`finite_bounds`, which this is)."""
+    return finite_bounds(vecs) is not None
+
+
+def finite_bounds(vecs: Sequence[Tensor]) -> list[float] | None:
+    """None when some element is not finite; else, for each tensor, a bound on its
+    largest absolute value: ``max|t| <= bound`` (a Python float; a complex tensor's
+    real and imaginary parts). The verdict and the bounds come from one reduction per
+    tensor, which NaN and ±inf poison, and one host sync for all:
+
+    * a small real tensor on the CPU (:data:`READ_MAX`) is read value by value:
+      its norm ``‖t‖₂`` in float64 (``math.hypot``, cheaper than a finiteness test
+      of each value);
+    * half precision: its minimum and maximum (one pass), the exact bound;
+    * other dtypes: ``‖t‖₂`` (a dot product, the cheapest reduction). A sum of
+      non-negative terms, rounded to nearest in any order, is at least its largest
+      term, so ``‖t‖₂ >= max|t|`` up to the rounding of one square (a factor
+      ``1 + 2⁻²⁰`` covers it). Only where the sum of squares overflows, with finite
+      values, is the tensor read again, exactly.
+    """
+    bounds: list[float] = []
+    parts: list[Tensor] = []  # 0-d reductions, read in one host sync
+    plan: list[tuple[int, bool]] = []  # for each part: its tensor, and whether it is a sum of squares
     for t in vecs:
         if t.is_cpu and t.numel() <= READ_MAX and not t.is_complex():
-            flat = t if t.dim() == 1 else t.reshape(-1)  # no view when none is needed: each op counts
-            if not all(map(math.isfinite, flat.tolist())):
-                return False
-        elif t.numel():
-            if t.is_complex():  # both parts
-                t = torch.view_as_real(t.resolve_conj())
-            low = t.dtype in (torch.float16, torch.bfloat16)
-            sums.append(t.sum(dtype=torch.float32) if low else t.sum())
-    if not sums:
-        return True
-    if all(s.device.type == "cpu" for s in sums):
-        return all(map(math.isfinite, map(float, sums)))
-    device = sums[0].device
-    return bool(torch.isfinite(torch.stack([s.to(device, torch.float64) for s in sums])).all())
+            values = (t if t.dim() == 1 else t.reshape(-1)).tolist()  # no view when none is needed: each op counts
+            bound = math.hypot(*values)  # NaN and inf propagate (to NaN or inf)
+            if not bound < _INF:  # not finite, or an overflowing norm of float64 values
+                if not all(map(math.isfinite, values)):
+                    return None
+                bound = max(map(abs, values))
+            bounds.append(bound * _MARGIN)
+        else:
+            _reduce(t, len(bounds), parts, plan)
+            bounds.append(0.0)
+    return _read(parts, plan, bounds, vecs) if parts else bounds
+
+
+def _reduce(t: Tensor, i: int, parts: list[Tensor], plan: list[tuple[int, bool]]) -> None:
+    """Queue the reductions of :func:`finite_bounds` for ``t``, the ``i``-th tensor."""
+    if not t.numel():
+        return
+    if t.is_complex():  # both parts
+        t = torch.view_as_real(t.resolve_conj())
+    flat = t if t.dim() == 1 else t.reshape(-1)
+    if t.dtype in _HALF or not t.is_floating_point():
+        parts.extend(torch.aminmax(flat))
+        plan += ((i, False), (i, False))
+    else:
+        parts.append(torch.dot(flat, flat))
+        plan.append((i, True))
+
+
+def _read(
+    parts: list[Tensor], plan: list[tuple[int, bool]], bounds: list[float], vecs: Sequence[Tensor]
+) -> list[float] | None:
+    """:func:`finite_bounds` from its reductions ``parts`` (one host sync)."""
+    if all(p.is_cpu for p in parts):
+        values = [float(p) for p in parts]
+    else:
+        device = parts[0].device
+        values = torch.stack([p.to(device, torch.float64) for p in parts]).tolist()
+    for (i, squares), v in zip(plan, values):
+        if v < _INF and v > -_INF:
+            bounds[i] = math.sqrt(v) * _MARGIN if squares else max(bounds[i], abs(v))
+        elif not squares or not (bound := max_abs(vecs[i])) < _INF:
+            return None
+        else:
+            bounds[i] = bound
+    return bounds
+
+
+def max_abs(t: Tensor) -> float:
+    """The largest absolute value of ``t`` (of its real and imaginary parts), read
+    exactly in one pass without a temporary; NaN or inf if some element is not
+    finite, 0.0 for an empty tensor."""
+    if not t.numel():
+        return 0.0
+    if t.is_complex():
+        t = torch.view_as_real(t.resolve_conj())
+    lo, hi = map(float, torch.aminmax(t))
+    return max(-lo, hi) if lo == lo and hi == hi else math.nan  # NaN != NaN

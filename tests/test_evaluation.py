@@ -284,7 +284,8 @@ def test_float16_dynamic_loss_scale_skips_overflows_backs_off_and_then_matches_u
     assert torch.equal(x, ref_x) and torch.equal(y, ref_y)
     assert game.loss_scale.scale == 2.0**14 * 0.5**game.skipped_steps * 2  # grew after 3 good steps
     sd = game.state_dict()
-    assert sd["loss_scale"] == {"scale": game.loss_scale.scale, "good_steps": 0}
+    settings = {"growth": 2.0, "backoff": 0.5, "growth_interval": 3}  # part of the checked identity (issue #33)
+    assert sd["loss_scale"] == {"scale": game.loss_scale.scale, "good_steps": 0, "settings": settings}
 
 
 def test_loss_scale_arguments_are_checked() -> None:

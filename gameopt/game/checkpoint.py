@@ -74,12 +74,10 @@ def check_state_dict(
         check_like(mine, saved, f"players[{k}]")
     algorithm.check_state_dict(state_dict["algorithm"], algorithm_state)
     check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
-    mine_scale = None if loss_scale is None else loss_scale.state_dict()
-    if (mine_scale is None) != (state_dict["loss_scale"] is None):
+    if (loss_scale is None) != (state_dict["loss_scale"] is None):
         raise ValueError("loss_scale: the checkpoint and the game differ in using a DynamicLossScale")
-    check_like(mine_scale, state_dict["loss_scale"], "loss_scale")
-    if mine_scale is not None:
-        check_number("loss_scale.scale", state_dict["loss_scale"]["scale"], low=0.0, low_open=True)
+    if loss_scale is not None:
+        loss_scale.check_state_dict(state_dict["loss_scale"])
 
 
 def load_state_dict(

@@ -33,7 +33,7 @@ from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
 from ..state import tensors_in
-from ..vec import Vec, all_finite
+from ..vec import Vec, all_finite, finite_bounds
 from . import checkpoint, relayout
 from .errors import NonFiniteError
 from .moves import Moves
@@ -485,7 +485,7 @@ class Game:
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
             algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
-            new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
+            new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self._moves)
             self._moves.move(self.layout.data, delta, out=self.layout.data)
             self.algorithm_state = kept = new_state
         except BaseException as err:
@@ -654,23 +654,24 @@ def _check_algorithm(algorithm: Any) -> None:
         raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
 
 
-def _check_update(
-    name: str, oracle: Oracle, delta: Vec, new_state: Any, old_state: Any, layout: JointLayout
-) -> list[Tensor]:
+def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_state: Any, moves: Moves) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
-    kept as a plain list (``TypeError``), a step or new state that is not finite
-    (:class:`NonFiniteError`). Returns the new state's tensors."""
+    kept as a plain list (``TypeError``), a step or new state that is not finite, or a
+    step whose new point would overflow its dtype (:class:`NonFiniteError`, see
+    :meth:`Moves.check_step`, before ``moves`` commits the step). Returns the new state's tensors."""
     new_tensors = tensors_in(new_state)
     if new_tensors:
         _check_not_borrowed(new_tensors, oracle.borrowed, name)
-    if oracle.debug and (untyped := relayout.untyped_vectors(new_state, layout)):
+    if oracle.debug and (untyped := relayout.untyped_vectors(new_state, moves.layout)):
         raise TypeError(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    if not all_finite(_unchecked(delta, new_tensors, old_state)):
+    bounds = finite_bounds(_unchecked(delta, new_tensors, old_state))  # the step's first
+    if bounds is None:
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+    moves.check_step(delta, bounds)  # the new point: w + delta
     return new_tensors
 
 
@@ -686,13 +687,15 @@ def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec]
 
 
 def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> Sequence[Tensor]:
-    """The tensors of a step to check for finiteness, each once: the delta and the
-    new state's tensors, less what the old state already held (checked when committed)."""
+    """The tensors of a step to check for finiteness, each once: the delta's first
+    (all of them: their bounds are read too), then the new state's tensors, less what
+    the delta or the old state already held (checked when committed)."""
     if not new_tensors:
         return delta
     seen = set(map(id, tensors_in(old_state)))
-    out = []
-    for t in [*delta, *new_tensors]:
+    seen.update(map(id, delta))
+    out = list(delta)
+    for t in new_tensors:
         if id(t) not in seen:
             seen.add(id(t))
             out.append(t)

@@ -5,11 +5,17 @@
 point a step reaches (:meth:`Moves.move`), the step that reaches a point
 (:meth:`Moves.delta_to`), projections (:meth:`Moves.project_`), and the points an
 algorithm evaluates at (:meth:`Moves.at`). The game builds one per layout.
+
+A committed point is a finite one: before a step moves the live point in place,
+:meth:`Moves.check_step` refuses a step whose new point would overflow its dtype
+(float16's 65504, float32's 3.4e38), without a pass over the point in the common
+case (see there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
 
@@ -21,7 +27,7 @@ from ..constraints import checked
 from ..layout import Entry, JointLayout
 from ..player import Player
 from ..protocols import Along
-from ..vec import Vec, all_finite
+from ..vec import Vec, all_finite, finite_bounds, max_abs
 from .errors import NonFiniteError
 
 
@@ -52,6 +58,17 @@ class Moves:
             (vec, [self._param_view(vec, e, k) for e, k, _ in self.constrained]) for vec in (layout.data, layout.grad)
         ]
         self.backup: Vec | None = None  # the current point, only while :meth:`at` is away from it
+        # the guard of the live point (:meth:`check_step`): per group, a bound on max|w|, valid
+        # while the group's version counter reads as it did when the bound was known
+        self._limits = [torch.finfo(t.dtype).max for t in layout.data]
+        self._bounds = [math.inf] * len(layout.data)  # unknown: read at the first step
+        self._versions = [-1] * len(layout.data)
+        # the writes a move makes into each group, each a version: one add, or through sets,
+        # an add where the sets' points do not fill the group and one copy per constrained parameter
+        self._writes = [1 if not self.constrained or g in self._uncovered else 0 for g in range(len(layout.data))]
+        for e, _, _ in self.constrained:
+            self._writes[e.group] += 1
+        self._constrained_groups = sorted({e.group for e, _, _ in self.constrained})
 
     def _param_view(self, vec: Vec, e: Entry, k: int) -> Tensor:
         return e.buffer.views(self.layout.entry_view(vec, e))[k]
@@ -79,6 +96,7 @@ class Moves:
             yield
             return
         data = self.layout.data
+        intact = self._versions == list(map(tc.version, data))  # the bounds hold (see check_step)
         self.backup = self.layout.empty()
         tc.foreach_copy_(self.backup, data)
         try:
@@ -104,6 +122,8 @@ class Moves:
         finally:
             tc.foreach_copy_(data, self.backup)
             self.backup = None  # not held through the rest of the step (its peak)
+            if intact:  # the point is back as it was: so are the bounds
+                self._versions = list(map(tc.version, data))
 
     def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
         """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
@@ -111,18 +131,102 @@ class Moves:
         a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
         Raises :class:`NonFiniteError`, with nothing written, if a set returns a
         point that is not finite."""
-        if not self.constrained and not any(map(_requires_grad, (*w, *delta))):
-            return _add(out, w, delta)  # tensors outside any graph: no grad mode to switch
-        with torch.no_grad():
-            if not self.constrained:
-                return _add(out, w, delta)
-            moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self.constrained, self._views(w), self._views(delta))]
-            if not all_finite(moved):
-                raise NonFiniteError(self._not_finite_through_sets(moved))
-            if self._uncovered:  # groups that the sets' points do not fill
-                _add(*([vec[k] for k in self._uncovered] for vec in (out, w, delta)))
-            tc.foreach_copy_(self._views(out), moved)
+        try:
+            if not self.constrained and not any(map(_requires_grad, (*w, *delta))):
+                return _add(out, w, delta)  # tensors outside any graph: no grad mode to switch
+            with torch.no_grad():
+                if not self.constrained:
+                    return _add(out, w, delta)
+                return self._move_through_sets(w, delta, out)
+        except BaseException:
+            self._versions = [-1] * len(self._versions)  # a move cut short: the bounds are read again
+            raise
+
+    def _move_through_sets(self, w: Vec, delta: Vec, out: Vec) -> Vec:
+        """:meth:`move` with constrained parameters (under ``no_grad``)."""
+        moved = [c.step(wv, dv) for (_, _, c), wv, dv in zip(self.constrained, self._views(w), self._views(delta))]
+        point_bounds = finite_bounds(moved)
+        if point_bounds is None:
+            raise NonFiniteError(self._not_finite_through_sets(moved))
+        if self._uncovered:  # groups that the sets' points do not fill
+            _add(*([vec[k] for k in self._uncovered] for vec in (out, w, delta)))
+        tc.foreach_copy_(self._views(out), moved)
+        if out is self.layout.data:  # the sets' points may lie beyond the bound that check_step left
+            largest = max(point_bounds)
+            for g in self._constrained_groups:
+                self._bounds[g] = max(self._bounds[g], largest)
         return out
+
+    def check_step(self, delta: Vec, delta_bounds: Sequence[float]) -> None:
+        """Before the game moves its live point by ``delta`` (``move(w, delta, out=w)``,
+        next): refuse the step with :class:`NonFiniteError`, nothing written, if the
+        new point would overflow its dtype. ``delta_bounds``: for each group, a bound
+        on ``max|delta|`` (:func:`~gameopt.vec.finite_bounds`, read with the step's
+        finiteness verdict).
+
+        No pass over the point in the common case: each group keeps a bound on
+        ``max|w|``, which each step raises by its own (``|w + δ| <= max|w| + max|δ|``).
+        Only when that sum reaches the dtype's largest value is ``w`` read (exactly,
+        one pass), and only if it is still too close, ``w + delta`` formed and checked
+        element by element. The bound holds while the group's version counter reads
+        as the game left it: a write the game did not make (parameters set in place,
+        a module's ``load_state_dict``, a ``torch.optim`` step, a checkpoint) moves it,
+        and the bound is read again. A write that autograd cannot see (through
+        ``.data`` or numpy) is not seen either."""
+        bounds, versions, limits, writes = self._bounds, self._versions, self._limits, self._writes
+        version_of = tc.version
+        g = 0
+        try:
+            for w in self.layout.data:  # (no zip or enumerate: this runs every step)
+                version = version_of(w)
+                bound = bounds[g] if version == versions[g] else _INF
+                if not bound + delta_bounds[g] <= limits[g]:  # (a NaN never passes)
+                    bound = self._read(g, delta[g], delta_bounds[g])
+                bounds[g] = bound + delta_bounds[g]  # an upper bound whether or not the move follows
+                versions[g] = version + writes[g]  # as the move will leave it
+                g += 1
+        except BaseException:  # refused: no move follows, so no version is to be expected
+            self._versions = [-1] * len(versions)
+            raise
+
+    def _read(self, g: int, step: Tensor, step_bound: float) -> float:
+        """Group ``g``'s bound read exactly; if the step may still overflow, the new
+        point checked element by element (:meth:`_check_sum`)."""
+        w = self.layout.data[g]
+        bound = self._bounds[g] = max_abs(w)  # kept, also if the step is refused
+        self._versions[g] = tc.version(w)
+        if not bound + step_bound <= self._limits[g]:
+            self._check_sum(g, step)
+        return bound
+
+    def _check_sum(self, g: int, step: Tensor) -> None:
+        """Form group ``g``'s new point ``w + step`` (a temporary) and refuse a step that
+        overflows, naming the players; the constrained parameters' points come from
+        their sets (checked in :meth:`move`), not from the sum."""
+        w, limit = self.layout.data[g], self._limits[g]
+        with torch.no_grad():
+            point = w + step
+            for e, k, _ in self.constrained:
+                if e.group == g:
+                    e.buffer.views(point[e.start : e.stop])[k].zero_()
+        bad = [e for e in self.layout.entries if e.group == g and not all_finite([point[e.start : e.stop]])]
+        if not bad:
+            return
+        dtype = str(w.dtype).removeprefix("torch.")
+        for e in bad:
+            if not all_finite([w[e.start : e.stop]]):
+                raise NonFiniteError(
+                    f"the current point of player {self.players[e.player].name!r} is not finite ({dtype}): a value "
+                    "written into a parameter outside the game; the step was refused and nothing changed (write "
+                    "finite values, or load a checkpoint)"
+                )
+        names = sorted({repr(self.players[e.player].name) for e in bad})
+        raise NonFiniteError(
+            f"the new point of player{'s' if len(names) > 1 else ''} {', '.join(names)} overflows {dtype} "
+            f"(max {limit:g}): a finite step would make it "
+            "infinite; the step was refused and nothing changed (take smaller steps, or keep the parameters in "
+            "a wider dtype)"
+        )
 
     def _not_finite_through_sets(self, points: Sequence[Tensor]) -> str:
         """A message naming the constrained parameters whose new point is not finite."""
@@ -163,6 +267,7 @@ class Moves:
 
 
 _requires_grad = operator.attrgetter("requires_grad")
+_INF = math.inf
 
 
 def _add(out: Sequence[Tensor], w: Sequence[Tensor], delta: Sequence[Tensor]) -> Sequence[Tensor]:
