@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -26,7 +27,7 @@ from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
 from ..distributed import DataParallel
 from ..evaluation import DynamicLossScale, Evaluations, StepLosses, restore_buffers, saved_buffers
-from ..interrupts import deferred_interrupts
+from ..interrupts import defer, deferred_interrupts, resume
 from ..layout import JointLayout, VecPool
 from ..optim import GameOptimizer
 from ..player import Player
@@ -72,22 +73,6 @@ def _evaluating(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _one_step(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``method`` (the step) holding the game's step lock, which says that a step
-    is running; one called from inside a running step (from its losses) is refused.
-    Inside :func:`_evaluating`: only the thread holding the game's lock gets here. A
-    C-level lock in a ``with``: released however the step ends, a Ctrl-C included."""
-
-    @functools.wraps(method)
-    def wrapped(self: Game, *args: Any, **kwargs: Any) -> Any:
-        if self._step_lock.locked():
-            raise reentry.refused("a step (game.step(), game.optimizer.step())")
-        with self._step_lock:
-            return method(self, *args, **kwargs)
-
-    return wrapped
-
-
 class Game:
     """A differentiable game: player i minimizes ``losses(...)[i]`` over its own
     parameters.
@@ -124,7 +109,13 @@ class Game:
     A game refuses a starting point that is not finite and parameters on the
     ``meta`` device (``ValueError``). One call at a time: a step, ``state_dict``,
     ``load_state_dict`` and the products hold ``game.lock`` (a re-entrant lock), so
-    a call from another thread waits for the running one (docs/misuse.md).
+    a call from another thread waits for the running one (docs/misuse.md). From
+    inside a running step (its losses), a call that changes the game (a step,
+    ``load_state_dict``, a new ``algorithm``, ``optimizer.load_state_dict``) is
+    refused with ``RuntimeError``, nothing changed; a read-only one (ξ, the products,
+    ``linearize``, ``state_dict``) runs at the point the step is evaluating and leaves
+    the step as it was. A step, a load and a change of algorithm are whole under
+    Ctrl-C: its ``KeyboardInterrupt`` waits for them (:mod:`gameopt.interrupts`).
 
     Raises:
         ValueError: no players, a parameter owned by two players, neither ``losses``
@@ -148,9 +139,9 @@ class Game:
 
         # one step (or state_dict/load_state_dict) at a time; re-entrant for the thread holding it
         self.lock = threading.RLock()
-        # held while a step runs (by the thread holding ``lock``): a call from its losses sees it
-        self._step_lock = threading.Lock()
-        self._step_buffers: list[tuple[Tensor, Tensor]] | None = None  # the running step's saved module buffers
+        # while a step runs (see _stepping): set, with the module buffers it started from
+        self._in_step = False
+        self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         self.players = [p if isinstance(p, Player) else Player(p) for p in players]
@@ -217,8 +208,23 @@ class Game:
     def _refuse_in_step(self, call: str) -> None:
         """Refuse ``call``, which changes the game, inside a running step (the caller
         holds the lock: only the step's own thread gets here while it runs)."""
-        if self._step_lock.locked():
+        if self._stepping():
             raise reentry.refused(call)
+
+    def _stepping(self) -> bool:
+        """Whether a step of this game is running: marked so, and its frame is on this
+        thread's stack (the caller holds the lock, so only the stepping thread can see
+        a running step). A mark that a step cut short by an interrupt left behind is
+        dropped here."""
+        if not self._in_step:
+            return False
+        caller = sys._getframe(1)
+        while caller is not None:
+            if caller.f_code is _STEP_CODE and caller.f_locals.get("self") is self:
+                return True
+            caller = caller.f_back
+        self._in_step = False
+        return False
 
     def _check_fits(self, algorithm: Algorithm) -> None:
         """Second-order algorithms need double backward and have no projected version."""
@@ -334,6 +340,9 @@ class Game:
         self._pool = VecPool(self.layout)
         self._watch = relayout.Watch(self.players)
         self._moves = Moves(self.layout, self.players)
+        # a move is one write (Moves.move: one add into the one group), so that a commit that
+        # changes nothing else cannot be torn by an interrupt
+        self._one_write = len(self.layout.data) == 1 and not self._moves.constrained and self._parallel is None
         # what the oracle sees of this game (it never sees the Game)
         self._step_context = StepContext(
             layout=self.layout,
@@ -374,7 +383,7 @@ class Game:
         are followed (:meth:`_refresh`). Inside a running step (from its losses): at the
         point the step is evaluating, with the parameters registered in their modules
         and storage of its own, leaving the step as it was (:mod:`.reentry`)."""
-        if not self._step_lock.locked():
+        if not self._stepping():
             self._refresh()
             yield self._problem, self.layout.grad
             return
@@ -455,7 +464,7 @@ class Game:
     @_evaluating
     def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """``linearize(*args, **kwargs).jvp`` or ``.vjp`` of ``v`` (one flat tensor per player)."""
-        if not self._step_lock.locked():
+        if not self._stepping():
             self._refresh()  # the layout ``v`` is read into
         vec = self.layout.from_per_player(v)
         return self.layout.per_player(getattr(self.linearize(*args, **kwargs), which)(vec))
@@ -486,7 +495,6 @@ class Game:
         return optimizer.step(closure)
 
     @_evaluating
-    @_one_step
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses:
         """The step itself, with the losses evaluated by ``closure()`` (no arguments);
         what ``game.optimizer.step(closure)`` runs. Prefer :meth:`step`.
@@ -504,24 +512,31 @@ class Game:
         ``KeyboardInterrupt`` once the step is committed (:mod:`gameopt.interrupts`).
         Called from inside a running step (from its losses), a step is refused
         (``RuntimeError``); ξ, the products and ``state_dict`` may be called there."""
+        if self._in_step and self._stepping():
+            raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
             self._refresh()
         algorithm = self._algorithm
         oracle = Oracle(self._step_context, closure, algorithm.evaluates_once)
         old = kept = self.algorithm_state
-        # put back if the step fails; what a checkpoint taken inside the step saves
-        self._step_buffers = buffers = saved_buffers(self._buffer_registries)
+        buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
         committed = False
         try:
+            self._in_step, self._step_buffers = True, buffers  # what a call from the losses sees
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
             algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
             new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self.layout)
-            with deferred_interrupts():  # a Ctrl-C waits for the commit
+            # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
+            one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
+            held = None if one else defer()
+            try:
                 self._moves.move(self.layout.data, delta, out=self.layout.data)
                 self.algorithm_state = kept = new_state
                 committed = True
                 self._after_step()
+            finally:
+                resume(held)
         except BaseException as err:
             if committed:  # after the commit: a deferred Ctrl-C, or a failed replica check
                 raise
@@ -531,7 +546,7 @@ class Game:
                     return self._skip(oracle)
             raise
         finally:
-            self._step_buffers = None
+            self._in_step, self._step_buffers = False, None
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
             if self._pool.lent:
@@ -545,9 +560,10 @@ class Game:
         linearization) before it put them back."""
         restore_buffers(buffers)
         moves = self._moves
-        if moves.backup is not None:
+        # the point, if it had been saved (its copy bumped the backup's version) and not put back
+        if moves.backup is not None and moves.backup[0]._version > 0:
             tc.foreach_copy_(self.layout.data, moves.backup)
-            moves.backup = None
+        moves.backup = None
         if not self._watch.intact():  # a substitute (an alias, a dual tensor) may be registered still
             for sub, name, p in self._problem.registrations:
                 registry = tc.parameter_registry(sub)
@@ -589,7 +605,7 @@ class Game:
         found it: the point and module buffers it started from, with the state
         it started from."""
         start = None
-        if not self._step_lock.locked():
+        if not self._stepping():
             self._refresh()
         else:
             start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers or [])
@@ -601,7 +617,7 @@ class Game:
     def check_state_dict(self, state_dict: Any) -> None:
         """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
         game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
-        if not self._step_lock.locked():
+        if not self._stepping():
             self._refresh()
         checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
 
@@ -622,6 +638,10 @@ class Game:
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
         return f"Game([{names}], algorithm={self.algorithm!r})"
+
+
+#: the step's own code (under its decorator): :meth:`Game._stepping` looks for it on the stack
+_STEP_CODE = Game.step_closure.__wrapped__.__code__
 
 
 def _unique_names(players: list[Player]) -> None:
