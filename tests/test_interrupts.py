@@ -178,6 +178,9 @@ def _check_every_line(s: Scenario) -> None:
     for k in range(1, len(lines) + 1):
         game = s.fresh()
         interrupted += _interrupted_at(k, lambda: s.act(game), traced)
+        if not torch.is_grad_enabled():  # a no_grad block's exit cut short, and left so
+            torch.set_grad_enabled(True)
+            torn.append(f"{lines[k - 1]} (gradients left off)")
         try:
             seen = _outcome(s, game)
         except Exception as err:  # a torn game may fail to go on

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import sys
 import threading
@@ -554,10 +555,11 @@ class Game:
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
 
     def _put_back(self, buffers: list[tuple[Tensor, Tensor]]) -> None:
-        """After a failed step: the module buffers it started from (``buffers``), and the
-        point and parameter registrations, should an interrupt have cut short the
-        evaluation that had changed them (:meth:`Moves.at`'s, the substitution of a
-        linearization) before it put them back."""
+        """After a failed step: the module buffers it started from (``buffers``); and
+        what an interrupt may have cut short the putting back of: gradients on (as
+        :func:`_evaluating` runs a step; a ``no_grad`` block's exit), the point
+        (:meth:`Moves.at`'s) and the modules' parameters (a linearization's substitutes)."""
+        torch.set_grad_enabled(True)
         restore_buffers(buffers)
         moves = self._moves
         # the point, if it had been saved (its copy bumped the backup's version) and not put back
@@ -640,8 +642,8 @@ class Game:
         return f"Game([{names}], algorithm={self.algorithm!r})"
 
 
-#: the step's own code (under its decorator): :meth:`Game._stepping` looks for it on the stack
-_STEP_CODE = Game.step_closure.__wrapped__.__code__
+#: the step's own code (under its decorators): :meth:`Game._stepping` looks for it on the stack
+_STEP_CODE = inspect.unwrap(Game.step_closure).__code__
 
 
 def _unique_names(players: list[Player]) -> None:
