@@ -537,7 +537,8 @@ class Game:
                 committed = True
                 self._after_step()
             finally:
-                resume(held)
+                if held is not None:
+                    resume(held)
         except BaseException as err:
             if committed:  # after the commit: a deferred Ctrl-C, or a failed replica check
                 raise
