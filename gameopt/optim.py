@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .interrupts import deferred_interrupts
+
 if TYPE_CHECKING:
     from .algorithms.base import Algorithm
     from .evaluation import StepLosses
@@ -82,11 +84,21 @@ class GameOptimizer(torch.optim.Optimizer):
         return game
 
     def state_dict(self) -> dict[str, Any]:
-        return self.algorithm.state_dict(self._current_game().algorithm_state)
+        """The algorithm's param groups and the state the game holds for it, read
+        holding the game's lock (a step on another thread is waited for)."""
+        with self._current_game().lock:
+            return self.algorithm.state_dict(self._current_game().algorithm_state)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        game = self._current_game()
-        game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
+        """Restore a :meth:`state_dict` (a state that does not fit raises ``ValueError``
+        and changes nothing), holding the game's lock: a step on another thread is
+        waited for; from inside a running step (its losses) the load is refused
+        (``RuntimeError``). A Ctrl-C that arrives while it writes waits for it to end."""
+        with self._current_game().lock:
+            game = self._current_game()  # still this optimizer's, now that the lock is held
+            game._refuse_in_step("game.optimizer.load_state_dict()")
+            with deferred_interrupts():  # the param groups and the state together
+                game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         if self._game is not None:

@@ -11,7 +11,7 @@ statistics) by name. :func:`check_state_dict` checks everything before
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -32,11 +32,24 @@ def state_dict(
     algorithm_state: State,
     skipped_steps: int,
     loss_scale: DynamicLossScale | None,
+    instead: Mapping[int, Tensor] | None = None,
 ) -> dict[str, Any]:
     """A checkpoint of a game (copies): its players, algorithm (with the state the game
-    holds for it), skipped-step count and loss scale."""
+    holds for it), skipped-step count and loss scale. ``instead``: tensors to save in
+    place of the players' live ones, by ``id`` of the live tensor (the point and module
+    buffers a running step started from)."""
+    players_state = _players_state(players)
+    if instead:
+        players_state = [
+            {
+                "name": p["name"],
+                "params": [instead.get(id(t), t) for t in p["params"]],
+                "buffers": {k: instead.get(id(t), t) for k, t in p["buffers"].items()},
+            }
+            for p in players_state
+        ]
     return {
-        "players": clone_state(_players_state(players)),
+        "players": clone_state(players_state),
         "algorithm": algorithm.state_dict(algorithm_state),
         "skipped_steps": skipped_steps,
         "loss_scale": None if loss_scale is None else loss_scale.state_dict(),

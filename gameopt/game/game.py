@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import logging
+import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,13 +30,14 @@ from ..algorithms.base import Algorithm
 from ..copying import copy_callable
 from ..distributed import DataParallel
 from ..evaluation import DynamicLossScale, Evaluations, StepLosses, restore_buffers, saved_buffers
+from ..interrupts import defer, deferred_interrupts, resume
 from ..layout import JointLayout, VecPool
 from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
 from ..state import tensors_in
 from ..vec import Vec, all_finite, finite_bounds
-from . import checkpoint, relayout
+from . import checkpoint, reentry, relayout
 from .errors import NonFiniteError
 from .moves import Moves
 from .oracle import Oracle, StepContext
@@ -115,7 +118,13 @@ class Game:
     that steps as this one does; pickling is refused (save :meth:`state_dict`).
     One call at a time: a step, ``state_dict``, ``load_state_dict`` and the products
     hold ``game.lock`` (a re-entrant lock), so a call from another thread waits for
-    the running one (docs/misuse.md).
+    the running one (docs/misuse.md). From
+    inside a running step (its losses), a call that changes the game (a step,
+    ``load_state_dict``, a new ``algorithm``, ``optimizer.load_state_dict``) is
+    refused with ``RuntimeError``, nothing changed; a read-only one (ξ, the products,
+    ``linearize``, ``state_dict``) runs at the point the step is evaluating and leaves
+    the step as it was. A step, a load and a change of algorithm are whole under
+    Ctrl-C: its ``KeyboardInterrupt`` waits for them (:mod:`gameopt.interrupts`).
 
     Raises:
         ValueError: no players, a parameter owned by two players, neither ``losses``
@@ -139,6 +148,9 @@ class Game:
 
         # one step (or state_dict/load_state_dict) at a time; re-entrant for the thread holding it
         self.lock = threading.RLock()
+        # while a step runs (see _stepping): set, with the module buffers it started from
+        self._in_step = False
+        self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
@@ -204,17 +216,40 @@ class Game:
     @algorithm.setter
     @_one_at_a_time
     def algorithm(self, algorithm: Algorithm) -> None:
+        self._refuse_in_step("game.algorithm = ...")
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
-        algorithm.bind(self)
-        state = algorithm.init_state(self)
-        self._algorithm = algorithm
-        #: the algorithm's state, the run's memory (a plain dict typed by the
-        #: algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
-        #: the new one after the step's checks, carries it across re-layouts and
-        #: checkpoints it. Read it; replacing it changes what the next step starts from.
-        self.algorithm_state: Any = state
-        self.optimizer = GameOptimizer(self, algorithm)
+        with deferred_interrupts():  # the algorithm, its state and the optimizer change together
+            algorithm.bind(self)
+            state = algorithm.init_state(self)
+            self._algorithm = algorithm
+            #: the algorithm's state, the run's memory (a plain dict typed by the
+            #: algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
+            #: the new one after the step's checks, carries it across re-layouts and
+            #: checkpoints it. Read it; replacing it changes what the next step starts from.
+            self.algorithm_state: Any = state
+            self.optimizer = GameOptimizer(self, algorithm)
+
+    def _refuse_in_step(self, call: str) -> None:
+        """Refuse ``call``, which changes the game, inside a running step (the caller
+        holds the lock: only the step's own thread gets here while it runs)."""
+        if self._stepping():
+            raise reentry.refused(call)
+
+    def _stepping(self) -> bool:
+        """Whether a step of this game is running: marked so, and its frame is on this
+        thread's stack (the caller holds the lock, so only the stepping thread can see
+        a running step). A mark that a step cut short by an interrupt left behind is
+        dropped here."""
+        if not self._in_step:
+            return False
+        caller = sys._getframe(1)
+        while caller is not None:
+            if caller.f_code is _STEP_CODE and caller.f_locals.get("self") is self:
+                return True
+            caller = caller.f_back
+        self._in_step = False
+        return False
 
     def _check_fits(self, algorithm: Algorithm) -> None:
         """Second-order algorithms need double backward and have no projected version."""
@@ -331,6 +366,9 @@ class Game:
         self._pool = VecPool(self.layout)
         self._watch = relayout.Watch(self.players)
         self._moves = Moves(self.layout, self.players)
+        # a move is one write (Moves.move: one add into the one group), so that a commit that
+        # changes nothing else cannot be torn by an interrupt
+        self._one_write = len(self.layout.data) == 1 and not self._moves.constrained and self._parallel is None
         # what the oracle sees of this game (it never sees the Game)
         self._step_context = StepContext(
             layout=self.layout,
@@ -355,13 +393,29 @@ class Game:
         while the watch is intact, the cheap check of every step."""
         if self._watch.intact():
             return
-        if not relayout.refresh(self.players, self.layout, self._watch):
-            return
-        parts = relayout.take_apart(self.algorithm_state, self.layout)
-        self._build_layout()
-        self.algorithm_state = relayout.carry(parts, self.algorithm.init_state(self), self.layout)
-        self.algorithm.refresh_params(self)
+        with deferred_interrupts():  # players, layout and state follow together
+            if not relayout.refresh(self.players, self.layout, self._watch):
+                return
+            parts = relayout.take_apart(self.algorithm_state, self.layout)
+            self._build_layout()
+            self.algorithm_state = relayout.carry(parts, self.algorithm.init_state(self), self.layout)
+            self.algorithm.refresh_params(self)
         log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
+
+    @contextlib.contextmanager
+    def _read_only(self) -> Iterator[tuple[autodiff.Problem, Vec]]:
+        """The problem a read-only evaluation (ξ, a linearization) runs on, and the
+        gradient storage its ξ goes to. Between steps: the game's own, once the players
+        are followed (:meth:`_refresh`). Inside a running step (from its losses): at the
+        point the step is evaluating, with the parameters registered in their modules
+        and storage of its own, leaving the step as it was (:mod:`.reentry`)."""
+        if not self._stepping():
+            self._refresh()
+            yield self._problem, self.layout.grad
+            return
+        problem, grad = reentry.apart(self._problem)
+        with reentry.registered(self._problem):
+            yield problem, grad
 
     # -------------------------------------------------------- feasible sets
     def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
@@ -392,13 +446,14 @@ class Game:
 
         Like every product below, it leaves module buffers (BatchNorm running
         statistics) and the global random generators as they were: only
-        :meth:`step` moves them, once per step."""
-        self._refresh()
-        with self._together(), self._evaluations()(plain=False):
-            autodiff.vector_field(
-                self._problem, range(len(self.players)), functools.partial(self.losses, *args, **kwargs)
-            )
-        return self.layout.per_player([t.clone() for t in self._mean_(self.layout.grad)])
+        :meth:`step` moves them, once per step.
+
+        Called from the losses during a step, it evaluates ξ at the point the step is
+        evaluating (to log ‖ξ‖, say), and leaves the step as it was."""
+        closure = functools.partial(self.losses, *args, **kwargs)
+        with self._read_only() as (problem, grad), self._together(), self._evaluations()(plain=False):
+            autodiff.vector_field(problem, range(len(self.players)), closure)
+        return self.layout.per_player([t.clone() for t in self._mean_(grad)])
 
     def _evaluations(self) -> Evaluations:
         """What the evaluations of one step (or one product) share."""
@@ -409,11 +464,13 @@ class Game:
 
     @_evaluating
     def linearize(self, *args: Any, **kwargs: Any) -> Linearization:
-        """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors."""
-        self._refresh()
+        """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors.
+        Made inside a running step (from the losses), its products all go through its
+        kept graph (J v by double backward): none runs the losses again."""
         evaluations = self._evaluations()
-        with evaluations(plain=False):
-            return autodiff.linearize(self._problem, functools.partial(self.losses, *args, **kwargs), evaluations)
+        closure = functools.partial(self.losses, *args, **kwargs)
+        with self._read_only() as (problem, _), evaluations(plain=False):
+            return autodiff.linearize(problem, closure, evaluations)
 
     def jacobian_operator(self, *args: Any, **kwargs: Any) -> Any:
         """J at the current point as a ``scipy.sparse.linalg.LinearOperator`` (see
@@ -433,7 +490,8 @@ class Game:
     @_evaluating
     def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """``linearize(*args, **kwargs).jvp`` or ``.vjp`` of ``v`` (one flat tensor per player)."""
-        self._refresh()
+        if not self._stepping():
+            self._refresh()  # the layout ``v`` is read into
         vec = self.layout.from_per_player(v)
         return self.layout.per_player(getattr(self.linearize(*args, **kwargs), which)(vec))
 
@@ -474,32 +532,71 @@ class Game:
         ``delta`` through their feasible sets (:meth:`move`) and commits the new
         state. On any error the parameters, the algorithm state and the module
         buffers stay as they were; a non-finite step raises :class:`NonFiniteError`,
-        or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale)."""
+        or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale).
+
+        The commit is whole: a Ctrl-C (SIGINT) that arrives while it runs raises its
+        ``KeyboardInterrupt`` once the step is committed (:mod:`gameopt.interrupts`).
+        Called from inside a running step (from its losses), a step is refused
+        (``RuntimeError``); ξ, the products and ``state_dict`` may be called there."""
+        if self._in_step and self._stepping():
+            raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
             self._refresh()
         algorithm = self._algorithm
         oracle = Oracle(self._step_context, closure, algorithm.evaluates_once)
         old = kept = self.algorithm_state
         buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
+        committed = False
         try:
+            self._in_step, self._step_buffers = True, buffers  # what a call from the losses sees
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
             algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
             new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self._moves)
-            self._moves.move(self.layout.data, delta, out=self.layout.data)
-            self.algorithm_state = kept = new_state
+            # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
+            one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
+            held = None if one else defer()
+            try:
+                self._moves.move(self.layout.data, delta, out=self.layout.data)
+                self.algorithm_state = kept = new_state
+                committed = True
+                self._after_step()
+            finally:
+                if held is not None:
+                    resume(held)
         except BaseException as err:
-            restore_buffers(buffers)
-            if not isinstance(err, NonFiniteError) or (self.loss_scale is None and self.on_nonfinite == "raise"):
+            if committed:  # after the commit: a deferred Ctrl-C, or a failed replica check
                 raise
-            return self._skip(oracle)
+            with deferred_interrupts():  # put back whole
+                self._put_back(buffers)
+                if isinstance(err, NonFiniteError) and (self.loss_scale is not None or self.on_nonfinite == "skip"):
+                    return self._skip(oracle)
+            raise
         finally:
+            self._in_step, self._step_buffers = False, None
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
             if self._pool.lent:
                 self._pool.recycle(new_tensors if kept is not old else tensors_in(old))
-        self._after_step()
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
+
+    def _put_back(self, buffers: list[tuple[Tensor, Tensor]]) -> None:
+        """After a failed step: the module buffers it started from (``buffers``); and
+        what an interrupt may have cut short the putting back of: gradients on (as
+        :func:`_evaluating` runs a step; a ``no_grad`` block's exit), the point
+        (:meth:`Moves.at`'s) and the modules' parameters (a linearization's substitutes)."""
+        torch.set_grad_enabled(True)
+        restore_buffers(buffers)
+        moves = self._moves
+        # the point, if it had been saved (its copy bumped the backup's version) and not put back
+        if moves.backup is not None and moves.backup[0]._version > 0:
+            tc.foreach_copy_(self.layout.data, moves.backup)
+        moves.backup = None
+        if not self._watch.intact():  # a substitute (an alias, a dual tensor) may be registered still
+            for sub, name, p in self._problem.registrations:
+                registry = tc.parameter_registry(sub)
+                if not isinstance(registry[name], nn.Parameter):
+                    registry[name] = p
 
     def _skip(self, oracle: Oracle) -> StepLosses:
         """A non-finite step, skipped (nothing changed): counted; with a loss scale,
@@ -530,27 +627,41 @@ class Game:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume bit for bit: each player's parameters and its
         module's persistent buffers (BatchNorm running statistics), the algorithm's
-        state and learning rates. Loads with ``torch.load(weights_only=True)``."""
-        self._refresh()
+        state and learning rates. Loads with ``torch.load(weights_only=True)``.
+
+        Taken inside a running step (from its losses), it is the game as the step
+        found it: the point and module buffers it started from, with the state
+        it started from."""
+        start = None
+        if not self._stepping():
+            self._refresh()
+        else:
+            start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers or [])
         return checkpoint.state_dict(
-            self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale
+            self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale, start
         )
 
     @_one_at_a_time
     def check_state_dict(self, state_dict: Any) -> None:
         """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
         game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
-        self._refresh()
+        if not self._stepping():
+            self._refresh()
         checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
 
     @_one_at_a_time
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`. Everything is checked before anything is
-        written: a state that does not fit raises ``ValueError`` and changes nothing."""
+        written: a state that does not fit raises ``ValueError`` and changes nothing.
+        The load is whole: a Ctrl-C that arrives while it writes raises its
+        ``KeyboardInterrupt`` once it is done. Refused (``RuntimeError``, nothing
+        changed) from inside a running step."""
+        self._refuse_in_step("game.load_state_dict()")
         self.check_state_dict(state_dict)
-        self.skipped_steps, self.algorithm_state = checkpoint.load_state_dict(
-            state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale
-        )
+        with deferred_interrupts():
+            self.skipped_steps, self.algorithm_state = checkpoint.load_state_dict(
+                state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale
+            )
 
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
@@ -564,6 +675,7 @@ class Game:
         the algorithm (bound to the copy, with these param groups' values) and of its
         state; a lock of its own. A data-parallel copy shares the process group."""
         with self.lock:
+            self._refuse_in_step("copy.deepcopy(game)")  # the point is mid-step there
             self._refresh()  # the copy's layout is the one the state was made for
             new = type(self).__new__(type(self))
             memo[id(self)] = new
@@ -633,6 +745,10 @@ def _carry_binding(game: Game, new: Game, memo: dict[int, Any]) -> None:
     for old_buffers, buffers in zip((p.buffers for p in game.players), (p.buffers for p in new.players)):
         memo.update((id(a.data), b.data) for a, b in zip(old_buffers, buffers))
     new.algorithm_state = copy.deepcopy(game.algorithm_state, memo)
+
+
+#: the step's own code (under its decorators): :meth:`Game._stepping` looks for it on the stack
+_STEP_CODE = inspect.unwrap(Game.step_closure).__code__
 
 
 def _unique_names(players: list[Player]) -> None:
