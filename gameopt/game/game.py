@@ -14,7 +14,6 @@ import copy
 import functools
 import inspect
 import logging
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -228,7 +227,7 @@ class Game:
             #: the new one after the step's checks, carries it across re-layouts and
             #: checkpoints it. Read it; replacing it changes what the next step starts from.
             self.algorithm_state: Any = state
-            self.optimizer = GameOptimizer(self, algorithm)
+            self.optimizer = GameOptimizer(self, algorithm, self._refuse_in_step)
 
     def _refuse_in_step(self, call: str) -> None:
         """Refuse ``call``, which changes the game, inside a running step (the caller
@@ -243,7 +242,7 @@ class Game:
         dropped here."""
         if not self._in_step:
             return False
-        caller = sys._getframe(1)
+        caller = inspect.currentframe()
         while caller is not None:
             if caller.f_code is _STEP_CODE and caller.f_locals.get("self") is self:
                 return True
@@ -589,7 +588,7 @@ class Game:
         restore_buffers(buffers)
         moves = self._moves
         # the point, if it had been saved (its copy bumped the backup's version) and not put back
-        if moves.backup is not None and moves.backup[0]._version > 0:
+        if moves.backup is not None and tc.version(moves.backup[0]) > 0:
             tc.foreach_copy_(self.layout.data, moves.backup)
         moves.backup = None
         if not self._watch.intact():  # a substitute (an alias, a dual tensor) may be registered still
