@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .game.reentry import refused
 from .interrupts import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -96,7 +97,8 @@ class GameOptimizer(torch.optim.Optimizer):
         (``RuntimeError``). A Ctrl-C that arrives while it writes waits for it to end."""
         with self._current_game().lock:
             game = self._current_game()  # still this optimizer's, now that the lock is held
-            game._refuse_in_step("game.optimizer.load_state_dict()")
+            if game.stepping:
+                raise refused("game.optimizer.load_state_dict()")
             with deferred_interrupts():  # the param groups and the state together
                 game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
 
