@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .game.reentry import refused
 from .interrupts import deferred_interrupts
 
 if TYPE_CHECKING:
@@ -48,13 +49,8 @@ class GameOptimizer(torch.optim.Optimizer):
         algorithm: the game's algorithm, whose param groups it shares.
     """
 
-    def __init__(
-        self, game: Steppable, algorithm: Algorithm, refuse_in_step: Callable[[str], None] | None = None
-    ) -> None:
-        """``refuse_in_step(call)``: the game's check that raises if ``call`` (which
-        changes the game) is made from inside a running step."""
+    def __init__(self, game: Steppable, algorithm: Algorithm) -> None:
         self._game: Steppable | None = None
-        self._refuse_in_step = refuse_in_step
         super().__init__(algorithm.param_groups, algorithm.defaults)
         self.param_groups = algorithm.param_groups  # the same list, so the same dicts
         self.algorithm = algorithm
@@ -101,8 +97,8 @@ class GameOptimizer(torch.optim.Optimizer):
         (``RuntimeError``). A Ctrl-C that arrives while it writes waits for it to end."""
         with self._current_game().lock:
             game = self._current_game()  # still this optimizer's, now that the lock is held
-            if self._refuse_in_step is not None:
-                self._refuse_in_step("game.optimizer.load_state_dict()")
+            if game.stepping:
+                raise refused("game.optimizer.load_state_dict()")
             with deferred_interrupts():  # the param groups and the state together
                 game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
 

@@ -244,3 +244,11 @@ def test_optimizer_state_dict_from_another_thread_waits_for_the_step() -> None:
     after = game.optimizer.state_dict()
     assert after["state"]["rule"]["t"] == 2  # Extra-Adam: two moments' updates per step
     assert_same_state(seen, after)  # the state after the step, never from a step's middle
+
+
+def test_stepping_says_whether_the_losses_run_inside_a_step() -> None:
+    game = _game(gameopt.Extragradient(0.1))
+    seen = _calling(game, lambda g: g.stepping)
+    game.vector_field()  # between steps: the losses run, not in a step
+    game.step()  # two evaluations, both inside the step
+    assert seen == [False, True, True] and not game.stepping

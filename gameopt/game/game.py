@@ -17,6 +17,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import torch
@@ -147,7 +148,7 @@ class Game:
 
         # one step (or state_dict/load_state_dict) at a time; re-entrant for the thread holding it
         self.lock = threading.RLock()
-        # while a step runs (see _stepping): set, with the module buffers it started from
+        # while a step runs (see stepping): set, with the module buffers it started from
         self._in_step = False
         self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
@@ -227,27 +228,29 @@ class Game:
             #: the new one after the step's checks, carries it across re-layouts and
             #: checkpoints it. Read it; replacing it changes what the next step starts from.
             self.algorithm_state: Any = state
-            self.optimizer = GameOptimizer(self, algorithm, self._refuse_in_step)
+            self.optimizer = GameOptimizer(self, algorithm)
 
     def _refuse_in_step(self, call: str) -> None:
         """Refuse ``call``, which changes the game, inside a running step (the caller
         holds the lock: only the step's own thread gets here while it runs)."""
-        if self._stepping():
+        if self.stepping:
             raise reentry.refused(call)
 
-    def _stepping(self) -> bool:
-        """Whether a step of this game is running: marked so, and its frame is on this
-        thread's stack (the caller holds the lock, so only the stepping thread can see
-        a running step). A mark that a step cut short by an interrupt left behind is
-        dropped here."""
-        if not self._in_step:
-            return False
-        caller = inspect.currentframe()
-        while caller is not None:
-            if caller.f_code is _STEP_CODE and caller.f_locals.get("self") is self:
+    @property
+    def stepping(self) -> bool:
+        """Whether the caller runs inside a step of this game (its losses, say): a step
+        of this game is running on this thread. (Read holding :attr:`lock`, as every
+        call of the game does: whether any step of this game is running.)"""
+        return self._in_step and self._step_below(inspect.currentframe())
+
+    def _step_below(self, frame: FrameType | None) -> bool:
+        """Whether a step of this game runs below ``frame`` on this thread's stack (the
+        mark ``_in_step`` may be another thread's step, or one that an interrupt cut
+        short left behind: the next step clears it)."""
+        while frame is not None:
+            if frame.f_code is _STEP_CODE and frame.f_locals.get("self") is self:
                 return True
-            caller = caller.f_back
-        self._in_step = False
+            frame = frame.f_back
         return False
 
     def _check_fits(self, algorithm: Algorithm) -> None:
@@ -408,7 +411,7 @@ class Game:
         are followed (:meth:`_refresh`). Inside a running step (from its losses): at the
         point the step is evaluating, with the parameters registered in their modules
         and storage of its own, leaving the step as it was (:mod:`.reentry`)."""
-        if not self._stepping():
+        if not self.stepping:
             self._refresh()
             yield self._problem, self.layout.grad
             return
@@ -489,7 +492,7 @@ class Game:
     @_evaluating
     def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
         """``linearize(*args, **kwargs).jvp`` or ``.vjp`` of ``v`` (one flat tensor per player)."""
-        if not self._stepping():
+        if not self.stepping:
             self._refresh()  # the layout ``v`` is read into
         vec = self.layout.from_per_player(v)
         return self.layout.per_player(getattr(self.linearize(*args, **kwargs), which)(vec))
@@ -537,7 +540,7 @@ class Game:
         ``KeyboardInterrupt`` once the step is committed (:mod:`gameopt.interrupts`).
         Called from inside a running step (from its losses), a step is refused
         (``RuntimeError``); ξ, the products and ``state_dict`` may be called there."""
-        if self._in_step and self._stepping():
+        if self._in_step and self._step_below(inspect.currentframe().f_back):  # a step other than this one
             raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
             self._refresh()
@@ -567,7 +570,7 @@ class Game:
             if committed:  # after the commit: a deferred Ctrl-C, or a failed replica check
                 raise
             with deferred_interrupts():  # put back whole
-                self._put_back(buffers)
+                self._put_back(buffers, oracle)
                 if isinstance(err, NonFiniteError) and (self.loss_scale is not None or self.on_nonfinite == "skip"):
                     return self._skip(oracle)
             raise
@@ -579,18 +582,17 @@ class Game:
                 self._pool.recycle(new_tensors if kept is not old else tensors_in(old))
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
 
-    def _put_back(self, buffers: list[tuple[Tensor, Tensor]]) -> None:
+    def _put_back(self, buffers: list[tuple[Tensor, Tensor]], oracle: Oracle) -> None:
         """After a failed step: the module buffers it started from (``buffers``); and
         what an interrupt may have cut short the putting back of: gradients on (as
-        :func:`_evaluating` runs a step; a ``no_grad`` block's exit), the point
-        (:meth:`Moves.at`'s) and the modules' parameters (a linearization's substitutes)."""
+        :func:`_evaluating` runs a step; a ``no_grad`` block's exit), the point (an
+        evaluation away from it: ``oracle.away``) and the modules' parameters (a
+        linearization's substitutes)."""
         torch.set_grad_enabled(True)
         restore_buffers(buffers)
-        moves = self._moves
-        # the point, if it had been saved (its copy bumped the backup's version) and not put back
-        if moves.backup is not None and tc.version(moves.backup[0]) > 0:
-            tc.foreach_copy_(self.layout.data, moves.backup)
-        moves.backup = None
+        if oracle.away is not None:
+            tc.foreach_copy_(self.layout.data, oracle.away)
+            self._moves.backup = None
         if not self._watch.intact():  # a substitute (an alias, a dual tensor) may be registered still
             for sub, name, p in self._problem.registrations:
                 registry = tc.parameter_registry(sub)
@@ -632,7 +634,7 @@ class Game:
         found it: the point and module buffers it started from, with the state
         it started from."""
         start = None
-        if not self._stepping():
+        if not self.stepping:
             self._refresh()
         else:
             start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers or [])
@@ -644,7 +646,7 @@ class Game:
     def check_state_dict(self, state_dict: Any) -> None:
         """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
         game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
-        if not self._stepping():
+        if not self.stepping:
             self._refresh()
         checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
 
@@ -746,7 +748,7 @@ def _carry_binding(game: Game, new: Game, memo: dict[int, Any]) -> None:
     new.algorithm_state = copy.deepcopy(game.algorithm_state, memo)
 
 
-#: the step's own code (under its decorators): :meth:`Game._stepping` looks for it on the stack
+#: the step's own code (under its decorators): :attr:`Game.stepping` looks for it on the stack
 _STEP_CODE = inspect.unwrap(Game.step_closure).__code__
 
 

@@ -71,6 +71,7 @@ class Oracle:
         "borrowed",
         "debug",
         "_everyone",
+        "away",
     )
 
     def __init__(self, context: StepContext, closure: Callable[[], Any], once: bool = False) -> None:
@@ -84,6 +85,9 @@ class Oracle:
         self.borrowed: list[Vec] = []  # what xi() returned (debug mode: copies, poisoned when stale)
         self.debug = debug.enabled()  # debug mode, as the step began (:mod:`gameopt.debug`)
         self._everyone = range(context.layout.num_players)
+        # while an evaluation is away from the step's point: that point (``Moves.backup``, saved),
+        # for the step to put back should an interrupt cut short ``Moves.at``'s own putting back
+        self.away: Vec | None = None
 
     @property
     def params(self) -> Vec:
@@ -117,9 +121,11 @@ class Oracle:
                 context.together(),
                 self.evaluations(plain=at is None and along is None) as own,
             ):
+                self.away = context.moves.backup
                 if self.debug:  # the point is formed (``along`` read): earlier results are stale now
                     debug.poison_(t for vec in self.borrowed for t in vec)
                 losses, metrics = evaluate()
+            self.away = None
         self._seen(losses, metrics if own else None)
         xi = context.mean_(self.layout.grad) if context.parallel else self.layout.grad
         if self.debug:
@@ -163,6 +169,7 @@ class Oracle:
         reverse pass per player (:meth:`~gameopt.autodiff.GeneralLinearization.shaping`)."""
         context = self._context
         with context.moves.at(at), context.together(), self.evaluations(plain=at is None) as own:
+            self.away = context.moves.backup
             lin = autodiff.linearize(
                 context.problem,
                 self.closure,
@@ -172,6 +179,7 @@ class Oracle:
                 batched=batched,
                 cross=cross,
             )
+        self.away = None
         self._seen([l.detach() for l in lin.losses], lin.metrics if own else None)
         if zero_sum and not context.parallel and not all_finite(self._all_losses[-1]):
             # whether they are (f, −f) cannot be checked (a data-parallel game: ξ's check below)
