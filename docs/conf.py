@@ -50,6 +50,7 @@ nitpick_ignore_regex = [
     (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
     (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|S)"),
     (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable|JointLayout)"),
+    (r"py:class", r"gameopt\..*\._[A-Za-z]\w*"),  # private bases (_Sequential): undocumented
 ]
 
 # API reference

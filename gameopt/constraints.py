@@ -168,7 +168,7 @@ class _Checked(Constraint):
 
 def checked(c: Constraint, what: str) -> Constraint:
     """``c`` as the game calls it: a set of the user's with its results checked (see
-    :class:`_Checked`); gameopt's own sets as they are. ``what`` names the parameter
+    ``_Checked``); gameopt's own sets as they are. ``what`` names the parameter
     in messages."""
     return c if type(c) in _OWN else _Checked(c, what)
 

@@ -26,8 +26,8 @@ Check = Callable[[Any, str, Any], Any]
 
 class Setting:
     """A setting of an algorithm or update rule, checked by ``check`` whenever it is
-    set (see the module). Build one with :meth:`number`, :meth:`flag`, :meth:`choice`
-    or :meth:`schedulable`, or with a ``check`` of its own.
+    set (see the module). Build one with ``Setting.number``, ``Setting.flag``, ``Setting.choice``
+    or ``Setting.schedulable``, or with a ``check`` of its own.
 
     Raises:
         ValueError: (on assignment) a value ``check`` refuses; nothing changes.

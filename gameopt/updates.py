@@ -44,7 +44,7 @@ def next_count(t: int | list[Tensor]) -> int | Vec:
     """A step count after one more step: one number for all elements, or (once
     parameters joined at different steps) one per element, a joint vector (a state
     with a step count ``"t"`` beside a joint vector gets one per element when a
-    parameter joins: see :func:`gameopt.game.relayout.carry`)."""
+    parameter joins: see ``gameopt.game.relayout.carry``)."""
     return t + 1 if isinstance(t, int) else Vec(c + 1 for c in t)
 
 
@@ -53,7 +53,7 @@ def count_key(state: Any) -> str | None:
     the first joint vector (:class:`~gameopt.vec.Vec`) beside it (Adam's ``m``, NuPI's
     ``e``, Optimistic's ``prev``); None for a state without both. Such a count becomes
     one per element, a joint vector like that one, once a parameter joins a running
-    game (:func:`gameopt.game.relayout.carry`): the rules and algorithms that keep one
+    game (``gameopt.game.relayout.carry``): the rules and algorithms that keep one
     take either form (:func:`next_count`, :func:`stepped`)."""
     if not isinstance(state, dict) or "t" not in state:
         return None
@@ -103,7 +103,7 @@ class UpdateRule:
       checks such a value.
     * ``nonnegative``: state entries checked non-negative when a checkpoint loads.
 
-    Settings are :class:`~gameopt.settings.Setting` descriptors of the class, checked
+    Settings are ``Setting`` descriptors of the class, checked
     whenever they are set (``rule.eps = -1`` raises ``ValueError`` and changes nothing).
 
     Complex parameters are pairs of reals, as in torch.optim: a rule that is not
@@ -560,7 +560,7 @@ class NuPI(UpdateRule):
     average starts at e₀ = 0 after it, as cooper's code does (its docstring says
     e₀ = d₀; the parity test follows the code). ``NuPI(kp=0, ki=1)`` is plain
     gradient steps. A parameter that joins a running game starts the same way (its
-    step count is its own: :func:`count_key`).
+    step count is its own: ``count_key``).
 
     Args:
         kp: K_P ≥ 0, the proportional gain.

@@ -21,7 +21,7 @@ What it holds (each name documented where it is defined):
 * ``Algorithm``, ``Wrapper``, ``Hyper``, ``Setting``: the base classes and the
   declarations of a schedulable hyperparameter and of a fixed setting, each checked
   whenever it is set (:class:`gameopt.Algorithm`, :class:`gameopt.Wrapper`,
-  :class:`gameopt.Hyper`, :class:`gameopt.settings.Setting`), with what an algorithm
+  :class:`gameopt.Hyper`, ``Setting``), with what an algorithm
   declares on its class (``first_order``; ``evaluates_once``: one ``oracle.xi()`` per step);
 * ``UpdateRule`` and ``RuleState``: the per-player update rules an algorithm
   composes with (``self.descend`` applies one) and their state, with their declared

@@ -50,7 +50,7 @@ def _immutable(value: Any) -> bool:
 
 def _renew(rule: UpdateRule, name: str, value: Any) -> None:
     """Give ``rule`` a value of a schedulable setting that ``rule.check`` just checked:
-    past its :class:`~gameopt.settings.Setting`, whose check is that one (not twice
+    past its ``Setting``, whose check is that one (not twice
     per step)."""
     if isinstance(getattr(type(rule), name, None), Setting):
         rule.__dict__[name] = value
@@ -203,7 +203,7 @@ class Algorithm(Generic[S]):
 
     Subclasses implement :meth:`init_state` and :meth:`update`. Names: :class:`Hyper`
     declares a schedulable hyperparameter on the class; :meth:`schedulable_hypers`
-    lists those; a :class:`~gameopt.settings.Setting` declares a fixed one (``k =
+    lists those; a ``Setting`` declares a fixed one (``k =
     Setting.number(low=1, integer=True)``); both check every assignment, in the
     constructor or after it (``ValueError``, nothing changed); :attr:`settings`
     holds every constructor setting by name.
@@ -228,7 +228,7 @@ class Algorithm(Generic[S]):
         """``update``: one update rule, or one per player (see :class:`~gameopt.updates.PerPlayer`).
         ``settings``: the algorithm's other arguments; each becomes an attribute,
         checked by its descriptor (a :class:`Hyper` of the class goes to the param
-        groups, a :class:`~gameopt.settings.Setting` checks it) or already checked."""
+        groups, a ``Setting`` checks it) or already checked."""
         self._lr: float | list[float] | None = _check_lr(lr)
         self._setup(rule_from(update), settings)
         if isinstance(update, (list, tuple)):  # one rule per player: its length is checked when bound

@@ -77,7 +77,7 @@ class Optimistic(Algorithm[OptimisticState]):
 
     with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent
     (also a parameter's first step after it joined a running game: its step count
-    is its own, see :func:`gameopt.updates.count_key`).
+    is its own, see ``gameopt.updates.count_key``).
     With ``update=Adam()`` this is Optimistic Adam. One evaluation per step; the
     previous direction is kept in the state.
 

@@ -42,7 +42,7 @@ class _Sequential(Algorithm[NoState]):
     def _solve(self, lin: Linearization, i: int, b: Vec, block: str, operator: str) -> Vec:
         """(A + λI)⁻¹ b by CG, A = (∂ξ_i/∂w_i)ᵀ (player i's own block of the game
         Jacobian, written ``operator``) and λ = ``damping``. A breakdown (A singular
-        along a direction) raises :class:`~gameopt.linalg.BreakdownError` naming
+        along a direction) raises ``gameopt.linalg.BreakdownError`` naming
         ``block`` and player i."""
         damping = self.damping
 
@@ -87,7 +87,7 @@ class FollowTheRidge(_Sequential):
         damping: λ ≥ 0 added to −H_yy (for a singular H_yy: a bilinear game's is 0).
 
     Raises:
-        gameopt.linalg.BreakdownError: (at a step, nothing changed) H_yy singular
+        ArithmeticError: (``gameopt.linalg.BreakdownError``, at a step, nothing changed) H_yy singular
             along a direction CG took and ``damping`` 0.
     """
 
@@ -126,7 +126,7 @@ class Stackelberg(_Sequential):
     a step along it (a negative definite block gives the solution of the system all
     the same, an indefinite one a point that depends on the iterations), and a zero
     curvature (a singular block: a bilinear game's is 0) raises
-    :class:`~gameopt.linalg.BreakdownError` naming the block (nothing changed); a
+    ``gameopt.linalg.BreakdownError`` naming the block (nothing changed); a
     singular block whose null space CG does not meet exactly also gives a point that
     depends on the iterations: ``damping`` regularizes both. Cost:
     one linearization, the leader's cross gradient ∇_y f₁ (one reverse pass per
@@ -140,7 +140,7 @@ class Stackelberg(_Sequential):
         damping: λ ≥ 0 added to ∇²_yy f₂ (for a singular follower's Hessian).
 
     Raises:
-        gameopt.linalg.BreakdownError: (at a step, nothing changed) ∇²_yy f₂ singular
+        ArithmeticError: (``gameopt.linalg.BreakdownError``, at a step, nothing changed) ∇²_yy f₂ singular
             along a direction CG took and ``damping`` 0.
     """
 

@@ -124,7 +124,7 @@ class Game:
     refused with ``RuntimeError``, nothing changed; a read-only one (ξ, the products,
     ``linearize``, ``state_dict``) runs at the point the step is evaluating and leaves
     the step as it was. A step, a load and a change of algorithm are whole under
-    Ctrl-C: its ``KeyboardInterrupt`` waits for them (:mod:`gameopt.interrupts`).
+    Ctrl-C: its ``KeyboardInterrupt`` waits for them (``gameopt.interrupts``).
 
     Raises:
         ValueError: no players, a parameter owned by two players, neither ``losses``
@@ -238,9 +238,9 @@ class Game:
 
     @property
     def stepping(self) -> bool:
-        """Whether the caller runs inside a step of this game (its losses, say): a step
-        of this game is running on this thread. (Read holding :attr:`lock`, as every
-        call of the game does: whether any step of this game is running.)"""
+        """Whether the caller runs inside a step of this game, on the step's own thread
+        (in its losses, say). Read holding ``game.lock``, as every call of the game does,
+        it says whether any step of this game is running."""
         return self._in_step and self._step_below(inspect.currentframe())
 
     def _step_below(self, frame: FrameType | None) -> bool:
@@ -537,7 +537,7 @@ class Game:
         or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale).
 
         The commit is whole: a Ctrl-C (SIGINT) that arrives while it runs raises its
-        ``KeyboardInterrupt`` once the step is committed (:mod:`gameopt.interrupts`).
+        ``KeyboardInterrupt`` once the step is committed (``gameopt.interrupts``).
         Called from inside a running step (from its losses), a step is refused
         (``RuntimeError``); ξ, the products and ``state_dict`` may be called there."""
         if self._in_step and self._step_below(inspect.currentframe().f_back):  # a step other than this one
