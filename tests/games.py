@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import math
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -305,3 +307,21 @@ def ref_trajectory(
             raise ValueError(algo)
         out.append([w.clone() for w in ws])
     return out
+
+
+WAIT = 10.0  # seconds: only reached if something is broken (the events are set at once)
+
+
+def during_second_evaluation(inside: threading.Event, asked: threading.Event) -> Callable[[], None]:
+    """A ``pause`` for the losses of a threaded test: at the second evaluation (Extra-Adam's
+    extrapolated point), let the other thread call in, then wait a moment."""
+    calls = [0]
+
+    def pause() -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            inside.set()
+            assert asked.wait(WAIT)
+            time.sleep(0.05)  # the other thread's call would run here, were it not made to wait
+
+    return pause

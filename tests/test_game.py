@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from games import GAMES, assert_same_state, saved_and_loaded
+from games import GAMES, WAIT, assert_same_state, during_second_evaluation, saved_and_loaded
 from models import VecModule, gan_mlps
 from torch import nn
 
@@ -624,7 +624,6 @@ def test_compiled_modules_keep_their_names_and_checkpoints_move_between_compiled
 
 
 # ------------------------------------------------ one step at a time (issue 22)
-WAIT = 10.0  # seconds: only reached if something is broken (the events are set at once)
 
 
 def _thread_game(pause: Callable[[], None] = lambda: None, make=None):
@@ -657,24 +656,9 @@ def test_two_threads_stepping_one_game_apply_every_step_whole() -> None:
     assert_same_state(game.state_dict(), ref.state_dict())  # every step applied whole: 2N steps in some order
 
 
-def _during_second_evaluation(game_pause_event: threading.Event, go_on: threading.Event):
-    """A ``pause`` for :func:`_thread_game`: at the second evaluation of the losses (the
-    extrapolated point of Extra-Adam), let the other thread call in, then wait a moment."""
-    calls = [0]
-
-    def pause() -> None:
-        calls[0] += 1
-        if calls[0] == 2:
-            game_pause_event.set()
-            assert go_on.wait(WAIT)
-            time.sleep(0.05)  # the other thread's call would run here, were it not made to wait
-
-    return pause
-
-
 def test_state_dict_from_another_thread_during_a_step_is_the_state_before_or_after_it() -> None:
     inside, asked = threading.Event(), threading.Event()
-    game, *_ = _thread_game(pause=_during_second_evaluation(inside, asked))
+    game, *_ = _thread_game(pause=during_second_evaluation(inside, asked))
     before = game.state_dict()
 
     def read():
@@ -693,7 +677,7 @@ def test_state_dict_from_another_thread_during_a_step_is_the_state_before_or_aft
 
 def test_load_state_dict_from_another_thread_during_a_step_waits_for_it_and_is_not_overwritten() -> None:
     inside, asked = threading.Event(), threading.Event()
-    game, *_ = _thread_game(pause=_during_second_evaluation(inside, asked))
+    game, *_ = _thread_game(pause=during_second_evaluation(inside, asked))
     other, *_ = _thread_game()
     for _ in range(3):
         other.step()

@@ -6,19 +6,17 @@ evaluating and leaves the step exactly as it was."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import torch
-from games import assert_same_state
+from games import WAIT, assert_same_state, during_second_evaluation
 from torch import nn
 
 import gameopt
 
-WAIT = 10.0  # seconds: only reached if something is broken (the events are set at once)
 SECOND_ORDER = [
     lambda: gameopt.ConsensusOptimization(0.1),
     lambda: gameopt.CGD(0.1),
@@ -199,21 +197,6 @@ def test_a_read_only_call_from_the_losses_moves_no_module_buffer_and_no_random_n
 
 
 # ------------------------------------------- the optimizer's checkpoint calls (item 5)
-def _during_second_evaluation(inside: threading.Event, asked: threading.Event) -> Callable[[], None]:
-    """A ``pause``: at the second evaluation of the losses (Extra-Adam's extrapolated
-    point), let the other thread call in, then wait a moment."""
-    calls = [0]
-
-    def pause() -> None:
-        calls[0] += 1
-        if calls[0] == 2:
-            inside.set()
-            assert asked.wait(WAIT)
-            time.sleep(0.05)  # the other thread's call would run here, were it not made to wait
-
-    return pause
-
-
 def _from_another_thread_during_a_step(game: gameopt.Game, inside, asked, call: Callable[[], Any]) -> Any:
     def other() -> Any:
         assert inside.wait(WAIT)
@@ -232,14 +215,14 @@ def test_optimizer_load_state_dict_from_another_thread_waits_for_the_step_and_is
         other.step()
     saved = other.optimizer.state_dict()
     inside, asked = threading.Event(), threading.Event()
-    game = _game(gameopt.Extragradient(0.05, update=gameopt.Adam()), pause=_during_second_evaluation(inside, asked))
+    game = _game(gameopt.Extragradient(0.05, update=gameopt.Adam()), pause=during_second_evaluation(inside, asked))
     _from_another_thread_during_a_step(game, inside, asked, lambda: game.optimizer.load_state_dict(saved))
     assert_same_state(game.optimizer.state_dict(), saved)  # loaded after the step, not written over by it
 
 
 def test_optimizer_state_dict_from_another_thread_waits_for_the_step() -> None:
     inside, asked = threading.Event(), threading.Event()
-    game = _game(gameopt.Extragradient(0.05, update=gameopt.Adam()), pause=_during_second_evaluation(inside, asked))
+    game = _game(gameopt.Extragradient(0.05, update=gameopt.Adam()), pause=during_second_evaluation(inside, asked))
     seen = _from_another_thread_during_a_step(game, inside, asked, game.optimizer.state_dict)
     after = game.optimizer.state_dict()
     assert after["state"]["rule"]["t"] == 2  # Extra-Adam: two moments' updates per step
