@@ -149,7 +149,6 @@ class Game:
         # one step (or state_dict/load_state_dict) at a time; re-entrant for the thread holding it
         self.lock = threading.RLock()
         # while a step runs (see stepping): set, with the module buffers it started from
-        self._in_step = False
         self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
@@ -241,11 +240,11 @@ class Game:
         """Whether the caller runs inside a step of this game, on the step's own thread
         (in its losses, say). Read holding ``game.lock``, as every call of the game does,
         it says whether any step of this game is running."""
-        return self._in_step and self._step_below(inspect.currentframe())
+        return self._step_buffers is not None and self._step_below(inspect.currentframe())
 
     def _step_below(self, frame: FrameType | None) -> bool:
         """Whether a step of this game runs below ``frame`` on this thread's stack (the
-        mark ``_in_step`` may be another thread's step, or one that an interrupt cut
+        mark ``_step_buffers`` may be another thread's step, or one that an interrupt cut
         short left behind: the next step clears it)."""
         while frame is not None:
             if frame.f_code is _STEP_CODE and frame.f_locals.get("self") is self:
@@ -540,7 +539,9 @@ class Game:
         ``KeyboardInterrupt`` once the step is committed (``gameopt.interrupts``).
         Called from inside a running step (from its losses), a step is refused
         (``RuntimeError``); ξ, the products and ``state_dict`` may be called there."""
-        if self._in_step and self._step_below(inspect.currentframe().f_back):  # a step other than this one
+        if self._step_buffers is not None and self._step_below(
+            inspect.currentframe().f_back
+        ):  # a step other than this one
             raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
             self._refresh()
@@ -550,7 +551,7 @@ class Game:
         buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
         committed = False
         try:
-            self._in_step, self._step_buffers = True, buffers  # what a call from the losses sees
+            self._step_buffers = buffers  # a step runs (see stepping); what a call from the losses sees
             algorithm.check_groups()  # lr and every scheduled value, whoever set it
             algorithm.sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
@@ -575,7 +576,7 @@ class Game:
                     return self._skip(oracle)
             raise
         finally:
-            self._in_step, self._step_buffers = False, None
+            self._step_buffers = None
             # keep only what the committed state holds: the pool's other vectors live
             # within the step only
             if self._pool.lent:
@@ -637,7 +638,7 @@ class Game:
         if not self.stepping:
             self._refresh()
         else:
-            start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers or [])
+            start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers)
         return checkpoint.state_dict(
             self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale, start
         )
