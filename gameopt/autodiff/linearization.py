@@ -72,7 +72,7 @@ class GeneralLinearization:
                 loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
                 ins = self._all() if self.cross is not None else self.entries_of[i]
                 grads = self._grad([loss], None, ins, create_graph=True)
-                refuse_compiled(name, [t for k in self.entries_of[i] for t in grads[k] or ()])
+                refuse_compiled(name, self.losses[i], [t for k in self.entries_of[i] for t in grads[k] or ()])
                 if scale != 1.0:  # loss scaling: every product below is unscaled
                     grads = {
                         k: None if g is None else [None if t is None else t / scale for t in g]

@@ -136,19 +136,45 @@ def no_path_error(player_name: str) -> LossError:
     return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")
 
 
-def refuse_compiled(player_name: str, grads: Sequence[Tensor | None]) -> None:
-    """Raise :class:`LossError` if a gradient taken with ``create_graph`` came out of
-    a ``torch.compile``'d graph (aot_autograd's backward node): that backward has no
-    double backward, so every Jacobian product through it would raise or, when the
-    compiled graph saved only intermediates, come back silently as zero. One
-    attribute read per tensor, on the gradients already formed."""
-    for t in grads:
-        node = None if t is None else t.grad_fn
-        # a torch.autograd.Function node of aot_autograd's (its class has ``_aot_id``; torch 2.4 to 2.13)
-        if getattr(getattr(node, "_forward_cls", None), "_aot_id", None) is not None:
-            raise LossError(
-                f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph: this "
-                "algorithm needs double backward (Jacobian products), which torch.compile'd functions and "
-                "modules do not support (the products would be zero or fail). Give the game the uncompiled "
-                "losses, or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
-            )
+def refuse_compiled(player_name: str, loss: Tensor, grads: Sequence[Tensor | None]) -> None:
+    """Raise :class:`LossError` if a gradient of ``loss`` taken with ``create_graph``
+    came out of a ``torch.compile``'d graph (aot_autograd's backward node): that
+    backward has no double backward, so every Jacobian product through it would raise
+    or, when the compiled graph saved only intermediates, come back silently as zero.
+    Where torch builds a graph for such a gradient (2.5 and newer), one attribute read
+    per tensor on the gradients already formed; where it returns a gradient without a
+    graph (2.4), which a loss linear in its parameters also does, a walk of ``loss``'s
+    graph tells the two apart (only then)."""
+    nodes = [None if t is None else t.grad_fn for t in grads]
+    constant = any(t is not None and not t.requires_grad for t in grads)
+    if any(_from_aot_autograd(n) for n in nodes) or (constant and _graph_has_aot_node(loss.grad_fn)):
+        raise LossError(
+            f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph: this "
+            "algorithm needs double backward (Jacobian products), which torch.compile'd functions and "
+            "modules do not support (the products would be zero or fail). Give the game the uncompiled "
+            "losses, or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
+        )
+
+
+def _from_aot_autograd(node: object) -> bool:
+    """Whether an autograd node is a ``torch.autograd.Function`` of aot_autograd's."""
+    forward_cls = getattr(node, "_forward_cls", None)
+    return forward_cls is not None and (
+        getattr(forward_cls, "_aot_id", None) is not None
+        or getattr(forward_cls, "__module__", "").startswith("torch._functorch._aot_autograd")
+    )
+
+
+def _graph_has_aot_node(root: object) -> bool:
+    """Whether the autograd graph below ``root`` holds an aot_autograd node."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if _from_aot_autograd(node):
+            return True
+        todo.extend(n for n, _ in getattr(node, "next_functions", ()))
+    return False

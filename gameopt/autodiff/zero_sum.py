@@ -69,7 +69,7 @@ class ZeroSumLinearization:
             grads = torch.autograd.grad(
                 f if scale == 1.0 else f * scale, self._flat_inputs, create_graph=True, allow_unused=True
             )
-        refuse_compiled(problem.names[0], grads)
+        refuse_compiled(problem.names[0], f, grads)
         if scale != 1.0:
             grads = tuple(None if t is None else t / scale for t in grads)  # every product below is unscaled
         self._keep = [k for k, t in enumerate(grads) if t is not None and t.requires_grad]
