@@ -554,3 +554,90 @@ def test_zero_sum_with_non_finite_losses_is_a_non_finite_step(name, bad) -> None
     game.step()
     assert game.skipped_steps == 1
     assert all(map(torch.equal, params(), before))
+
+
+# ------------------------------------------ (Jᵀv, Jv) in one double backward (issue 35)
+def _dense_jacobian(game):
+    """J = ∂ξ/∂w of a game of modules, parameter after parameter (as in
+    test_general_products_against_parameters_on_odd_layouts)."""
+    params = [p for e in game.layout.entries for p in e.buffer.params]
+    owner = [e.player for e in game.layout.entries for _ in e.buffer.params]
+
+    def xi(flat):
+        values = torch.split(flat, [p.numel() for p in params])
+        with substituted(game._problem, {id(p): t.view(p.shape) for p, t in zip(params, values)}):
+            losses = game.losses()
+        grads = []
+        for i, loss in enumerate(losses):
+            mine = [k for k, o in enumerate(owner) if o == i]
+            gs = torch.autograd.grad(loss, [values[k] for k in mine], create_graph=True, allow_unused=True)
+            grads += [torch.zeros_like(values[k]) if t is None else t for k, t in zip(mine, gs)]
+        return torch.cat([t.reshape(-1) for t in grads])
+
+    return torch.autograd.functional.jacobian(xi, torch.cat([p.detach().reshape(-1) for p in params]))
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"align": 64}, {"raw": True}, {"transposed": True}], ids=["packed", "padded", "params", "transposed"]
+)
+def test_vjp_jvp_equals_the_separate_products_and_the_dense_jacobian(kw) -> None:
+    """``vjp_jvp`` (Jᵀv the value of the ``create_graph`` pass, Jv its derivative
+    toward the grad_output) equals ``vjp`` and ``jvp`` (forward mode and double
+    backward) on a non-quadratic three-player general-sum game with an unused
+    parameter, J against the dense Jacobian of ξ; and the graph stays for later products."""
+    game = _odd_game(**kw)
+    _, v = _general_products(_odd_game(**kw), jvp=False)
+    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize()
+    per = functools.partial(_per_param, game)
+    jt, j = map(per, lin.vjp_jvp(v))
+    close = functools.partial(torch.testing.assert_close, rtol=1e-12, atol=1e-13)
+    close(jt, per(lin.vjp(v)), msg="vjp")
+    close(j, per(lin.jvp(v)), msg="jvp")
+    close(j, per(lin.jvp_many(v)), msg="jvp, double backward")
+    jt2, j2 = map(per, lin.vjp_jvp(lin.xi))  # v = ξ, as SGA asks
+    close(jt2, per(lin.vjp(lin.xi)), msg="vjp of xi")
+    close(j2, per(lin.jvp(lin.xi)), msg="jvp of xi")
+    J = _dense_jacobian(_odd_game())  # the same parameters, one after the other
+    close(jt, J.T @ per(v), msg="vjp, dense")
+    close(j, J @ per(v), msg="jvp, dense")
+
+
+@pytest.mark.parametrize("game_name", list(GAMES))
+def test_vjp_jvp_against_the_closed_form_jacobian(game_name) -> None:
+    tg = GAMES[game_name]()
+    game = tg.build(gameopt.SimGD(0.1))
+    J = tg.jac_ref(tg.params())
+    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize()
+    jt, j = lin.vjp_jvp(lin.xi)
+    xi = torch.cat(tg.xi_ref(tg.params()))
+    flat = lambda vec: torch.cat(  # noqa: E731
+        [x if isinstance(x, torch.Tensor) else torch.cat(x) for x in game.layout.per_player(vec)]
+    )
+    torch.testing.assert_close(flat(jt), J.T @ xi, rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(flat(j), J @ xi, rtol=1e-11, atol=1e-12)
+
+
+def test_general_sga_evaluates_the_losses_once_per_step() -> None:
+    """General-sum SGA takes Jᵀξ and Jξ from ξ's one graph: no second evaluation of
+    the losses (forward-over-reverse re-ran them with dual parameters), the same step."""
+    calls = []
+    steps = {}
+    for forward_mode in (True, False):
+        game = _odd_game()
+        losses = game.losses
+        game.losses = lambda losses=losses: calls.append(1) or losses()
+        game.algorithm = gameopt.SGA(0.1)
+        game._forward_mode.ok = forward_mode
+        calls.clear()
+        game.step()
+        assert len(calls) == 1
+        steps[forward_mode] = [t.clone() for t in game.layout.data]
+    for a, b in zip(steps[True], steps[False]):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+
+
+def test_vjp_jvp_with_sparse_gradients_takes_the_separate_products() -> None:
+    """No graph toward a sparse gradient's grad_output: vjp_jvp refuses as jvp does."""
+    lin = _odd_game(sparse=True).linearize()
+    with pytest.raises(NotImplementedError, match="sparse gradients"):
+        lin.vjp_jvp(lin.xi)

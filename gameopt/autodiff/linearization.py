@@ -364,8 +364,42 @@ class GeneralLinearization:
         return self._mean(self._jvp_double_backward(v))
 
     def vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
-        """(Jᵀv, Jv)."""
-        return self.vjp(v), self.jvp(v)
+        """(Jᵀv, Jv) in two reverse passes, no re-evaluation of the losses: the
+        ``create_graph`` pass of ⟨ξ, u⟩ at a leaf u holding v's values is Jᵀu = Jᵀv,
+        and Jᵀu is linear in u, so ∂/∂u ⟨Jᵀu, v⟩ = Jv (the double-vjp trick whose
+        first pass is the product Jᵀv itself). With sparse gradients (no graph
+        toward a sparse gradient's grad_output): :meth:`vjp` and :meth:`jvp`."""
+        if any(self.problem.sparse):
+            return self.vjp(v), self.jvp(v)
+        jt, j = self._local_vjp_jvp(v)
+        return self._mean(jt), self._mean(j)
+
+    def _local_vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
+        ks = self._all()
+        views = entry_views(self.problem, v, ks)
+        # one leaf per piece of ξ with a graph: a detached alias of v's view (no copy)
+        us = [
+            [w.detach().requires_grad_() if t is not None and t.requires_grad else None for t, w in zip(piece, part)]
+            for piece, part in zip(self.pieces, views)
+        ]
+        pieces = [t for piece in self.pieces for t in piece]
+        jt_u = self._grad(pieces, [u for part in us for u in part], ks, create_graph=True)
+        outs: list[Tensor] = []
+        grad_outs: list[Tensor] = []
+        for k, ts in jt_u.items():
+            for t, w in zip(ts or (), views[k]):
+                if t is not None and t.requires_grad:
+                    outs.append(t)
+                    grad_outs.append(w)
+        leaves = [(k, n, u) for k, part in enumerate(us) for n, u in enumerate(part) if u is not None]
+        parts: dict[int, Part | None] = {}
+        if outs:
+            grads = engine_vjp(outs, [u for _, _, u in leaves], grad_outs)  # frees the graph of Jᵀu only
+            for (k, n, _), g in zip(leaves, grads):
+                if g is not None:
+                    parts.setdefault(k, [None] * len(self.inputs[k]))[n] = g
+        # Jᵀv joined once its graph is gone (one vector less at the peak)
+        return joint_vector(self.problem, jt_u), joint_vector(self.problem, parts)
 
 
 def linearize(
