@@ -503,6 +503,7 @@ def peak_table(pair: Pair) -> dict[str, float]:
     steps = {
         "gameopt SGA": gameopt_step(pair, SECOND_ORDER["SGA"]),
         "bare SGA (double-vjp)": bare_general_sga(pair),
+        "gameopt SGA, jvp='forward'": gameopt_step(pair, lambda: gameopt.SGA(LR, jvp="forward")),
         "bare SGA (forward-over-reverse)": bare_general_sga(pair, forward=True),
         "gameopt Consensus": gameopt_step(pair, SECOND_ORDER["Consensus"]),
         "Consensus by hand": by_hand(pair, "Consensus"),
@@ -611,9 +612,14 @@ def main(argv: list[str] | None = None) -> list[Result]:
             ref = bare_general_sga(pair)
             note = "unfused; Jᵀξ the value of the create_graph pass of ⟨ξ, u⟩, Jξ = ∂/∂u ⟨Jᵀu, ξ⟩"
             measure(kind, "ref: bare SGA", "plain xi", xi, ref, note)
-            measure(kind, "gameopt SGA / bare SGA", "bare SGA", ref, gameopt_step(pair, SECOND_ORDER["SGA"]), "general-sum losses")
+            ours = gameopt_step(pair, SECOND_ORDER["SGA"])
+            measure(kind, "gameopt SGA / bare SGA", "bare SGA", ref, ours, "general-sum losses, both double-vjp")
             note = "Jᵀξ = grad of ½‖ξ‖², Jξ forward-over-reverse (losses re-run with dual parameters)"
-            measure(kind, "bare SGA, forward-over-reverse Jξ / bare", "bare SGA", ref, bare_general_sga(pair, True), note)
+            fwd = bare_general_sga(pair, True)
+            measure(kind, "bare SGA, forward-over-reverse Jξ / bare", "bare SGA", ref, fwd, note)
+            ours = gameopt_step(pair, lambda: gameopt.SGA(LR, jvp="forward"))
+            note = "both forward-over-reverse, ξ's graph freed first"
+            measure(kind, "gameopt SGA jvp='forward' / bare fwd", "bare SGA, forward-over-reverse", fwd, ours, note)
             peaks.append((pair, peak_table(pair)))
     if wanted("ACGD"):
         res, diff = acgd_pair(rounds, target)

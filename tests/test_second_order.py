@@ -641,3 +641,77 @@ def test_vjp_jvp_with_sparse_gradients_takes_the_separate_products() -> None:
     lin = _odd_game(sparse=True).linearize()
     with pytest.raises(NotImplementedError, match="sparse gradients"):
         lin.vjp_jvp(lin.xi)
+
+
+@pytest.mark.parametrize("game_name", list(GAMES))
+@pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
+def test_sga_jvp_forward_matches_the_closed_form_and_the_double_backward(game_name, raw) -> None:
+    """``SGA(jvp="forward")``: Jᵀξ by a pass that frees ξ's graph, Jξ forward-over-reverse;
+    the same iterates as the closed form and as the default path. Players given as
+    tensors have no module to run with dual parameters: refused, nothing changes."""
+    from games import assert_same_state
+
+    tg = GAMES[game_name]()
+    lrs = [0.05 + 0.02 * i for i in range(len(tg.init))]
+    kw = {"lam": 0.8, "align": True, "eps": 0.1}
+    game = tg.build(gameopt.SGA(lrs, lam=0.8, jvp="forward"), raw=raw)
+    if raw:
+        before = game.state_dict()
+        with pytest.raises(RuntimeError, match=r"forward-mode AD is unavailable .*a player given as tensors"):
+            game.step()
+        assert_same_state(game.state_dict(), before)
+        return
+    other = GAMES[game_name]()
+    default = other.build(gameopt.SGA(lrs, lam=0.8))
+    ws = [w.clone() for w in tg.init]
+    for t in range(3):
+        step = ref_direction("sga", tg, ws, lrs, {}, **kw)
+        ws = [w + d for w, d in zip(ws, torch.split(step, [w.numel() for w in ws]))]
+        game.step()
+        default.step()
+        torch.testing.assert_close(torch.cat(tg.params()), torch.cat(ws), rtol=1e-9, atol=1e-11, msg=f"step {t}")
+        torch.testing.assert_close(torch.cat(tg.params()), torch.cat(other.params()), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("cause", ["earlier", "now"])
+def test_sga_jvp_forward_without_forward_mode_ad_is_refused_and_changes_nothing(monkeypatch, cause) -> None:
+    """Without forward-mode AD the double backward would need ξ's graph, which the
+    pass taking Jᵀξ freed: the step is refused naming the cause, and nothing changes."""
+    from games import assert_same_state
+
+    game = _odd_game()
+    game.algorithm = gameopt.SGA(0.1, jvp="forward")
+    game.step()
+    before = game.state_dict()
+    if cause == "earlier":
+        game._forward_mode.ok = False
+        match = "an op without a forward-mode formula, met at an earlier product"
+    else:
+        import gameopt.autodiff.linearization as linearization
+
+        def lacking(*args, **kwargs):
+            raise NotImplementedError("Trying to use forward AD with some_op that does not support it")
+
+        monkeypatch.setattr(linearization, "dual_tangents", lacking)
+        match = "PyTorch: Trying to use forward AD with some_op"
+    with pytest.raises(RuntimeError, match=match) as err:
+        game.step()
+    assert "SGA: jvp='double_backward'" in str(err.value)
+    assert_same_state(game.state_dict(), before)
+    game.algorithm.jvp = "double_backward"
+    game.step()  # the default path needs no forward mode
+
+
+def test_an_sga_checkpoint_resumes_under_either_jvp_path() -> None:
+    """``jvp`` is how Jξ is taken, not which run: not part of the checkpoint's identity."""
+    game = _odd_game()
+    game.algorithm = gameopt.SGA(0.1)
+    game.step()
+    saved = game.state_dict()
+    other = _odd_game()
+    other.algorithm = gameopt.SGA(0.1, jvp="forward")
+    other.load_state_dict(saved)
+    other.step()
+    game.step()
+    for a, b in zip(game.layout.data, other.layout.data):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)

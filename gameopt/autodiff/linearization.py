@@ -294,6 +294,7 @@ class GeneralLinearization:
         return self._mean(self._local_jvp(v))
 
     def _local_jvp(self, v: Vec) -> Vec:
+        why = "a player given as tensors (no module to run with dual parameters)"
         if self.functional and self.problem.forward_mode.ok:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
@@ -306,6 +307,15 @@ class GeneralLinearization:
                     raise
                 log.info("forward-mode AD unavailable (%s); using double backward for Jv", err)
                 self.problem.forward_mode.ok = False
+                why = f"PyTorch: {err}"
+        elif self.functional:
+            why = "an op without a forward-mode formula, met at an earlier product (see the log)"
+        if self._graph.spent:
+            raise RuntimeError(
+                f"J v: forward-mode AD is unavailable for these losses ({why}), and the double backward "
+                "needs the graph that a product with last=True freed: take J v before that product "
+                "(SGA: jvp='double_backward')"
+            )
         return self._jvp_double_backward(v)
 
     def _transposed(self, offdiag: bool) -> tuple[list[list[Tensor | None]], dict[int, Part | None]]:
