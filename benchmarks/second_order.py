@@ -30,6 +30,7 @@ from benchmarks._common import Result, base_parser, calibrate, compare, print_ta
 from benchmarks.step_cost import Pair, gameopt_step, gan_losses, plain_xi
 
 LR = 1e-4
+LossesOf = Callable[[Callable, Callable], Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]
 SECOND_ORDER: dict[str, Callable[[], gameopt.Algorithm]] = {
     "HamiltonianGD": lambda: gameopt.HamiltonianGD(LR),
     "Consensus": lambda: gameopt.ConsensusOptimization(LR, gamma=0.1),
@@ -96,7 +97,9 @@ def check_by_hand(pair: Pair) -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=f"{method} by hand differs from gameopt")
 
 
-def bare_general_sga(pair: Pair, forward: bool = False) -> Callable[[], object]:
+def bare_sga(
+    G: nn.Module, D: nn.Module, losses_of: LossesOf, x: torch.Tensor, z: torch.Tensor, forward: bool = False
+) -> Callable[[], object]:
     """General-sum SGA (the non-saturating losses) in plain PyTorch on unfused modules,
     the cheapest way we found to write it: ξ with ``create_graph``, then Jᵀξ as the
     value of one ``create_graph`` reverse pass of ⟨ξ, u⟩ at a leaf u holding ξ's
@@ -105,11 +108,11 @@ def bare_general_sga(pair: Pair, forward: bool = False) -> Callable[[], object]:
     device (no host sync), and a ``torch._foreach`` update. With ``forward``: Jᵀξ as
     the gradient of ½‖ξ‖² (ξ's graph then freed) and Jξ forward-over-reverse (the
     losses re-run with dual parameters through ``torch.func.functional_call``, their
-    gradients' tangents)."""
-    G, D = pair.fresh()
+    gradients' tangents). ``losses_of(G, D)`` gives the losses (loss_G, loss_D) of
+    the batch (x, z); G and D may be any callables."""
     gp, dp = list(G.parameters()), list(D.parameters())
-    params, x, z = gp + dp, pair.x, pair.z
-    losses = gan_losses(G, D)
+    params = gp + dp
+    losses = losses_of(G, D)
     d = sum(p.numel() for p in params)
     names = [dict(G.named_parameters()), dict(D.named_parameters())]
 
@@ -121,7 +124,7 @@ def bare_general_sga(pair: Pair, forward: bool = False) -> Callable[[], object]:
             tangents = iter(v)
             dual = lambda p: fwAD.make_dual(p.detach().requires_grad_(), next(tangents))  # noqa: E731
             duals = [{n: dual(p) for n, p in m.items()} for m in names]
-            loss_g, loss_d = gan_losses(
+            loss_g, loss_d = losses_of(
                 lambda t: functional_call(G, duals[0], (t,)), lambda t: functional_call(D, duals[1], (t,))
             )(x, z)
             leaves = [list(duals[0].values()), list(duals[1].values())]
@@ -151,6 +154,11 @@ def bare_general_sga(pair: Pair, forward: bool = False) -> Callable[[], object]:
 
     step.params = params  # type: ignore[attr-defined]
     return step
+
+
+def bare_general_sga(pair: Pair, forward: bool = False) -> Callable[[], object]:
+    """:func:`bare_sga` on the pair's modules, batch and non-saturating losses."""
+    return bare_sga(*pair.fresh(), gan_losses, pair.x, pair.z, forward)
 
 
 def peak_vectors(fn: Callable[[], object], n_params: int) -> float:

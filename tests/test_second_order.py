@@ -715,3 +715,40 @@ def test_an_sga_checkpoint_resumes_under_either_jvp_path() -> None:
     game.step()
     for a, b in zip(game.layout.data, other.layout.data):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_sga_jvp_forward_frees_the_graph_of_xi_before_the_losses_run_again() -> None:
+    """The memory of ``jvp="forward"``: when the losses run again with dual parameters,
+    nothing the first evaluation saved for backward is held any more (counted by
+    saved-tensor hooks); the default path evaluates the losses once."""
+    import weakref
+
+    class Saved:
+        def __init__(self, t):
+            self.t = t
+
+    held: list[weakref.ref] = []
+
+    def pack(t):
+        saved = Saved(t)
+        held.append(weakref.ref(saved))
+        return saved
+
+    alive: list[int] = []
+    for jvp in ("forward", "double_backward"):
+        game = _odd_game()
+        losses = game.losses
+
+        def hooked(losses=losses):
+            if not held:
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved.t):
+                    return losses()
+            alive.append(sum(ref() is not None for ref in held))
+            return losses()
+
+        game.losses = hooked
+        game.algorithm = gameopt.SGA(0.1, jvp=jvp)
+        game.step()
+        assert held
+        held.clear()
+    assert alive == [0]

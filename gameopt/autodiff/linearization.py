@@ -187,8 +187,14 @@ class GeneralLinearization:
 
     def vjp(self, u: Vec, last: bool = False) -> Vec:
         """Jᵀ u. ``last``: no product follows (the graph is freed during this pass:
-        less memory held, a little faster; a later product raises)."""
-        return self._mean(self._local_vjp(u, last))
+        less memory held, a little faster; a later product raises); ξ's per-parameter
+        pieces are dropped and ``losses`` keep their values only (what their graphs
+        saved that ξ's did not is freed too)."""
+        out = self._local_vjp(u, last)
+        if last:
+            self.pieces = [[None] * len(piece) for piece in self.pieces]
+            self.losses = [loss.detach() for loss in self.losses]
+        return self._mean(out)
 
     def diag(self, v: Vec) -> Vec:
         """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
