@@ -752,3 +752,22 @@ def test_sga_jvp_forward_frees_the_graph_of_xi_before_the_losses_run_again() -> 
         assert held
         held.clear()
     assert alive == [0]
+
+
+def test_sga_jvp_forward_sees_the_same_noise_and_moves_the_buffers_once() -> None:
+    """``jvp="forward"`` re-evaluates the losses (dropout, noise drawn in the losses,
+    training-mode BatchNorm): with the same random numbers and the buffers left as
+    they are, it takes the step of the default path, which evaluates them once."""
+    from test_evaluation import _buffers, _dcgan
+
+    steps, buffers = {}, {}
+    for jvp in ("forward", "double_backward"):
+        gen, disc, losses, draws, _ = _dcgan(seed=1)
+        game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SGA(0.05, jvp=jvp))
+        game.step()
+        assert len(draws) == (2 if jvp == "forward" else 1)
+        assert all(torch.equal(z, draws[0]) for z in draws)
+        steps[jvp], buffers[jvp] = [t.clone() for t in game.layout.data], _buffers(gen, disc)
+    for a, b in zip(steps["forward"], steps["double_backward"]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert all(map(torch.equal, buffers["forward"], buffers["double_backward"]))
