@@ -110,8 +110,8 @@ class SGA(Algorithm[DescentState]):
             j_xi = lin.jvp(xi)
         else:
             jt_xi, j_xi = lin.vjp_jvp(xi)
-        # in Jξ's own vector: j_xi − jt_xi = −2Aᵀξ, and the direction ξ + λAᵀξ (the
-        # factors ½ exact: the same bits as (Jᵀξ − Jξ)·½, without two vectors more)
+        # in Jξ's own vector: j_xi − jt_xi = −2Aᵀξ, then the direction ξ + λAᵀξ (the
+        # factors ½ are exact; two vectors fewer than forming Aᵀξ on its own)
         minus_2a = j_xi
         minus_2a -= jt_xi
         lam = self.lam
