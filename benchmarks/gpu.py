@@ -4,8 +4,10 @@
   generator and 2.8M discriminator parameters, batch 64): each algorithm's step
   time as a multiple of the hand-fused plain ξ (as in ``step_cost``), extragradient
   written the obvious way with ``torch._foreach_*``, cooper's ExtraSGD/ExtraAdam
-  when installed, and the peak memory of a warm step above the memory before it
-  (``torch.cuda.max_memory_allocated``) in parameter vectors;
+  when installed, general-sum SGA in plain PyTorch (double-vjp and
+  forward-over-reverse Jξ, ``second_order.bare_sga``), and the peak memory of a
+  warm step above the memory before it (``torch.cuda.max_memory_allocated``; on
+  the CPU the profiler's allocations) in parameter vectors;
 * the bandwidth test: 10^8 parameters in a Player, the fused axpy and a gameopt
   SimGD step's vector math against the single-tensor ``add_``, in GB/s.
 
@@ -26,6 +28,7 @@ from torch import Tensor, nn
 import gameopt
 
 from ._common import Result, base_parser, calibrate, compare, print_table, save_csv
+from .second_order import bare_sga, peak_vectors
 from .step_cost import STYLES, hand_fuse
 
 
@@ -66,6 +69,7 @@ ALGORITHMS: dict[str, Callable[[], gameopt.Algorithm]] = {
     "Extra-Adam": lambda: gameopt.Extragradient(1e-4, update=gameopt.Adam((0.5, 0.999))),
     "Consensus": lambda: gameopt.ConsensusOptimization(1e-4, gamma=0.1),
     "SGA": lambda: gameopt.SGA(1e-4),
+    "SGA jvp='forward'": lambda: gameopt.SGA(1e-4, jvp="forward"),
 }
 
 
@@ -139,6 +143,11 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
             ops.axpy_(params, -1e-4, g2)
 
     cands["ref: Extragradient, foreach"] = obvious_eg
+    bare = {  # SGA in plain PyTorch (benchmarks.second_order.bare_sga)
+        "ref: SGA bare, double-vjp": bare_sga(*fresh(), losses_of, x, z),
+        "ref: SGA bare, forward-over-reverse": bare_sga(*fresh(), losses_of, x, z, forward=True),
+    }
+    cands |= bare
     try:
         import cooper
 
@@ -171,20 +180,25 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
         print(f"  {name:34s} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)", flush=True)
         results.append(r)
     notes = []
-    if device.type == "cuda":
-        vec = n_params * 4
-        for name, game in games.items():
-            game.step(x, z)
-            torch.cuda.synchronize(device)
-            before = torch.cuda.memory_allocated(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            game.step(x, z)
-            torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-            notes.append(
-                f"  {name:14s} peak of a warm step above the memory before it: {(peak - before) / vec:5.2f} vectors"
-            )
+    steps = {name: lambda game=game: game.step(x, z) for name, game in games.items()} | bare
+    for name, step in steps.items():
+        step()
+        vectors = peak(step, device, n_params)
+        notes.append(f"  {name:36s} peak of a warm step above the memory before it: {vectors:5.2f} vectors")
     return results, notes
+
+
+def peak(step: Callable[[], object], device: torch.device, n_params: int) -> float:
+    """The peak memory of one call of ``step`` above the memory before it, in float32
+    vectors of ``n_params`` (on the CPU, from the profiler's allocations)."""
+    if device.type != "cuda":
+        return peak_vectors(step, n_params)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / (4 * n_params)
 
 
 def bandwidth(device: torch.device, quick: bool, rounds: int, target: float) -> list[Result]:

@@ -20,14 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 import gameopt
 from benchmarks._common import Result, base_parser, calibrate, compare, print_table, save_csv, setup
 from benchmarks.step_cost import Pair, gameopt_step, gan_losses, plain_xi
 
 LR = 1e-4
+LossesOf = Callable[[Callable, Callable], Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]
 SECOND_ORDER: dict[str, Callable[[], gameopt.Algorithm]] = {
     "HamiltonianGD": lambda: gameopt.HamiltonianGD(LR),
     "Consensus": lambda: gameopt.ConsensusOptimization(LR, gamma=0.1),
@@ -80,16 +83,105 @@ def by_hand(pair: Pair, method: str) -> Callable[[], object]:
 
 
 def check_by_hand(pair: Pair) -> None:
-    """The hand-rolled references take the same step as gameopt's."""
-    for method in ("Consensus", "SGA"):
+    """The hand-rolled and bare references take the same step as gameopt's."""
+    cases = [(m, functools.partial(by_hand, pair, m)) for m in ("Consensus", "SGA")]
+    cases += [("SGA", functools.partial(bare_general_sga, pair, forward=f)) for f in (False, True)]
+    for method, make in cases:
         ours = gameopt_step(pair, SECOND_ORDER[method])
         ours()
-        theirs = by_hand(pair, method)
+        theirs = make()
         theirs()
         game = ours.game  # type: ignore[attr-defined]
         a = torch.cat([p.detach().reshape(-1) for pl in game.players for p in pl.module.parameters()])
         b = torch.cat([p.detach().reshape(-1) for p in theirs.params])  # type: ignore[attr-defined]
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=f"{method} by hand differs from gameopt")
+
+
+def bare_sga(
+    G: nn.Module, D: nn.Module, losses_of: LossesOf, x: torch.Tensor, z: torch.Tensor, forward: bool = False
+) -> Callable[[], object]:
+    """General-sum SGA (the non-saturating losses) in plain PyTorch on unfused modules,
+    the cheapest way we found to write it: ξ with ``create_graph``, then Jᵀξ as the
+    value of one ``create_graph`` reverse pass of ⟨ξ, u⟩ at a leaf u holding ξ's
+    values, and Jξ = ∂/∂u ⟨Jᵀu, ξ⟩ through the graph of that pass (the double-vjp
+    trick, its first pass serving as Jᵀξ); λ's sign from ⟨ξ, Jᵀξ⟩⟨Aᵀξ, Jᵀξ⟩ on the
+    device (no host sync), and a ``torch._foreach`` update. With ``forward``: Jᵀξ as
+    the gradient of ½‖ξ‖² (ξ's graph then freed) and Jξ forward-over-reverse (the
+    losses re-run with dual parameters through ``torch.func.functional_call``, their
+    gradients' tangents). ``losses_of(G, D)`` gives the losses (loss_G, loss_D) of
+    the batch (x, z); G and D may be any callables."""
+    gp, dp = list(G.parameters()), list(D.parameters())
+    params = gp + dp
+    losses = losses_of(G, D)
+    d = sum(p.numel() for p in params)
+    names = [dict(G.named_parameters()), dict(D.named_parameters())]
+
+    def dot(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([torch.dot(s.reshape(-1), t.reshape(-1)) for s, t in zip(a, b)]).sum()
+
+    def dual_jvp(v: list[torch.Tensor]) -> list[torch.Tensor]:
+        with fwAD.dual_level():
+            tangents = iter(v)
+            dual = lambda p: fwAD.make_dual(p.detach().requires_grad_(), next(tangents))  # noqa: E731
+            duals = [{n: dual(p) for n, p in m.items()} for m in names]
+            loss_g, loss_d = losses_of(
+                lambda t: functional_call(G, duals[0], (t,)), lambda t: functional_call(D, duals[1], (t,))
+            )(x, z)
+            leaves = [list(duals[0].values()), list(duals[1].values())]
+            grads = torch.autograd.grad(loss_g, leaves[0], retain_graph=True) + torch.autograd.grad(loss_d, leaves[1])
+            return [fwAD.unpack_dual(g).tangent for g in grads]
+
+    def step() -> None:
+        loss_g, loss_d = losses(x, z)
+        xi = torch.autograd.grad(loss_g, gp, create_graph=True) + torch.autograd.grad(loss_d, dp, create_graph=True)
+        v = [t.detach() for t in xi]
+        if forward:
+            jt = torch.autograd.grad(xi, params, grad_outputs=v)
+            del xi, loss_g, loss_d
+            j = dual_jvp(v)
+        else:
+            u = [t.detach().requires_grad_() for t in xi]  # aliases of ξ: no copies
+            jt_u = torch.autograd.grad(xi, params, grad_outputs=u, create_graph=True)
+            j = torch.autograd.grad(jt_u, u, grad_outputs=v)
+            jt = [t.detach() for t in jt_u]
+        with torch.no_grad():  # Aᵀξ = ½(Jᵀξ − Jξ)
+            a = torch._foreach_sub(jt, j)
+            torch._foreach_mul_(a, 0.5)
+            lam = torch.sign(dot(v, jt) * dot(a, jt) / d + 0.1)
+            torch._foreach_mul_(a, lam)
+            torch._foreach_add_(a, v)
+            torch._foreach_add_(params, a, alpha=-LR)
+
+    step.params = params  # type: ignore[attr-defined]
+    return step
+
+
+def bare_general_sga(pair: Pair, forward: bool = False) -> Callable[[], object]:
+    """:func:`bare_sga` on the pair's modules, batch and non-saturating losses."""
+    return bare_sga(*pair.fresh(), gan_losses, pair.x, pair.z, forward)
+
+
+def peak_vectors(fn: Callable[[], object], n_params: int) -> float:
+    """The peak memory of one call of ``fn`` above the memory before it, in vectors of
+    ``n_params`` float32 (the CPU allocator's allocations and frees, as the profiler
+    records them)."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    sizes: list[tuple[int, int]] = []
+    todo = list(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
+    while todo:
+        event = todo.pop()
+        if event.tag == _EventType.Allocation:
+            sizes.append((event.start_time_ns, event.extra_fields.alloc_size))
+        todo += event.children
+    now = peak = 0
+    for _, size in sorted(sizes):
+        now += size
+        peak = max(peak, now)
+    return peak / (4 * n_params)
 
 
 # ----------------------------------------------------------- zero-sum pairs
@@ -413,6 +505,23 @@ def backward_passes(name: str, n_players: int) -> int:
     return counting.n
 
 
+def peak_table(pair: Pair) -> dict[str, float]:
+    """Peak memory of a warm step of general-sum SGA and consensus, gameopt's and the references'."""
+    n = sum(p.numel() for m in pair.fresh() for p in m.parameters())
+    steps = {
+        "gameopt SGA": gameopt_step(pair, SECOND_ORDER["SGA"]),
+        "bare SGA (double-vjp)": bare_general_sga(pair),
+        "gameopt SGA, jvp='forward'": gameopt_step(pair, lambda: gameopt.SGA(LR, jvp="forward")),
+        "bare SGA (forward-over-reverse)": bare_general_sga(pair, forward=True),
+        "gameopt Consensus": gameopt_step(pair, SECOND_ORDER["Consensus"]),
+        "Consensus by hand": by_hand(pair, "Consensus"),
+    }
+    for fn in steps.values():
+        fn()
+        fn()
+    return {name: peak_vectors(fn, n) for name, fn in steps.items()}
+
+
 def main(argv: list[str] | None = None) -> list[Result]:
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--pairs", default="mlp-2d,deep-narrow", help="comma-separated pairs (default: %(default)s)")
@@ -478,6 +587,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
         measure(group, "gameopt CGD Krylov product", "bare Krylov product", ref, ours, note)
         note = "warm-started CG, at most 5 iterations (fewer where r = 0)"
         measure(group, "gameopt CGD zero_sum (5 CG iterations)", "bare CGD", bare_cgd(pair, 5), cgd_step(pair, 5), note)
+    peaks: list[tuple[Pair, dict[str, float]]] = []
     for kind in kinds if any(wanted(name.split()[0]) for name in (*SECOND_ORDER, *ZERO_SUM_ONLY)) else ():
         pair = Pair(kind)
         check_by_hand(pair)
@@ -506,6 +616,19 @@ def main(argv: list[str] | None = None) -> list[Result]:
             r.note = "unfused; create_graph ξ, grad of ½‖ξ‖²" + (", double-vjp Jξ" if method == "SGA" else "")
             results.append(r)
             print(f"{kind:<12} {'ref: ' + method + ' by hand':<26} {r.ratio:6.2f}x xi", flush=True)
+        if wanted("SGA"):
+            ref = bare_general_sga(pair)
+            note = "unfused; Jᵀξ the value of the create_graph pass of ⟨ξ, u⟩, Jξ = ∂/∂u ⟨Jᵀu, ξ⟩"
+            measure(kind, "ref: bare SGA", "plain xi", xi, ref, note)
+            ours = gameopt_step(pair, SECOND_ORDER["SGA"])
+            measure(kind, "gameopt SGA / bare SGA", "bare SGA", ref, ours, "general-sum losses, both double-vjp")
+            note = "Jᵀξ = grad of ½‖ξ‖², Jξ forward-over-reverse (losses re-run with dual parameters)"
+            fwd = bare_general_sga(pair, True)
+            measure(kind, "bare SGA, forward-over-reverse Jξ / bare", "bare SGA", ref, fwd, note)
+            ours = gameopt_step(pair, lambda: gameopt.SGA(LR, jvp="forward"))
+            note = "both forward-over-reverse, ξ's graph freed first"
+            measure(kind, "gameopt SGA jvp='forward' / bare fwd", "bare SGA, forward-over-reverse", fwd, ours, note)
+            peaks.append((pair, peak_table(pair)))
     if wanted("ACGD"):
         res, diff = acgd_pair(rounds, target)
         res.note = f"max relative iterate difference after the run: {diff:.1e}"
@@ -513,6 +636,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     print_table(results, "Second-order step cost (ratio to one plain xi; ACGD: gameopt / cgds)")
     if wanted("ACGD"):
         print(f"ACGD: gameopt is {1 / res.ratio:.2f}x faster per step than cgds; iterates agree to {diff:.1e} (rel.)")
+    for pair, peak in peaks:
+        print(f"peak memory of a warm step above the memory before it, {pair.describe()}, in parameter vectors:")
+        print("".join(f"  {name}: {value:.1f}\n" for name, value in peak.items()), end="")
     if any(map(wanted, SHAPING)):
         print("\nreverse passes (runs of autograd's engine) per step on an n-player quadratic game:")
         print(f"{'n players':<12}" + "".join(f"{n:>8}" for n in (2, 4, 8, 16)))

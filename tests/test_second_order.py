@@ -554,3 +554,220 @@ def test_zero_sum_with_non_finite_losses_is_a_non_finite_step(name, bad) -> None
     game.step()
     assert game.skipped_steps == 1
     assert all(map(torch.equal, params(), before))
+
+
+# ------------------------------------------ (Jᵀv, Jv) in one double backward (issue 35)
+def _dense_jacobian(game):
+    """J = ∂ξ/∂w of a game of modules, parameter after parameter (as in
+    test_general_products_against_parameters_on_odd_layouts)."""
+    params = [p for e in game.layout.entries for p in e.buffer.params]
+    owner = [e.player for e in game.layout.entries for _ in e.buffer.params]
+
+    def xi(flat):
+        values = torch.split(flat, [p.numel() for p in params])
+        with substituted(game._problem, {id(p): t.view(p.shape) for p, t in zip(params, values)}):
+            losses = game.losses()
+        grads = []
+        for i, loss in enumerate(losses):
+            mine = [k for k, o in enumerate(owner) if o == i]
+            gs = torch.autograd.grad(loss, [values[k] for k in mine], create_graph=True, allow_unused=True)
+            grads += [torch.zeros_like(values[k]) if t is None else t for k, t in zip(mine, gs)]
+        return torch.cat([t.reshape(-1) for t in grads])
+
+    return torch.autograd.functional.jacobian(xi, torch.cat([p.detach().reshape(-1) for p in params]))
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"align": 64}, {"raw": True}, {"transposed": True}], ids=["packed", "padded", "params", "transposed"]
+)
+def test_vjp_jvp_equals_the_separate_products_and_the_dense_jacobian(kw) -> None:
+    """``vjp_jvp`` (Jᵀv the value of the ``create_graph`` pass, Jv its derivative
+    toward the grad_output) equals ``vjp`` and ``jvp`` (forward mode and double
+    backward) on a non-quadratic three-player general-sum game with an unused
+    parameter, J against the dense Jacobian of ξ; and the graph stays for later products."""
+    game = _odd_game(**kw)
+    _, v = _general_products(_odd_game(**kw), jvp=False)
+    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize()
+    per = functools.partial(_per_param, game)
+    jt, j = map(per, lin.vjp_jvp(v))
+    close = functools.partial(torch.testing.assert_close, rtol=1e-12, atol=1e-13)
+    close(jt, per(lin.vjp(v)), msg="vjp")
+    close(j, per(lin.jvp(v)), msg="jvp")
+    close(j, per(lin.jvp_many(v)), msg="jvp, double backward")
+    jt2, j2 = map(per, lin.vjp_jvp(lin.xi))  # v = ξ, as SGA asks
+    close(jt2, per(lin.vjp(lin.xi)), msg="vjp of xi")
+    close(j2, per(lin.jvp(lin.xi)), msg="jvp of xi")
+    J = _dense_jacobian(_odd_game())  # the same parameters, one after the other
+    close(jt, J.T @ per(v), msg="vjp, dense")
+    close(j, J @ per(v), msg="jvp, dense")
+
+
+@pytest.mark.parametrize("game_name", list(GAMES))
+def test_vjp_jvp_against_the_closed_form_jacobian(game_name) -> None:
+    tg = GAMES[game_name]()
+    game = tg.build(gameopt.SimGD(0.1))
+    J = tg.jac_ref(tg.params())
+    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize()
+    jt, j = lin.vjp_jvp(lin.xi)
+    xi = torch.cat(tg.xi_ref(tg.params()))
+    flat = lambda vec: torch.cat(  # noqa: E731
+        [x if isinstance(x, torch.Tensor) else torch.cat(x) for x in game.layout.per_player(vec)]
+    )
+    torch.testing.assert_close(flat(jt), J.T @ xi, rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(flat(j), J @ xi, rtol=1e-11, atol=1e-12)
+
+
+def test_general_sga_evaluates_the_losses_once_per_step() -> None:
+    """General-sum SGA takes Jᵀξ and Jξ from ξ's one graph: no second evaluation of
+    the losses (forward-over-reverse re-ran them with dual parameters), the same step."""
+    calls = []
+    steps = {}
+    for forward_mode in (True, False):
+        game = _odd_game()
+        losses = game.losses
+        game.losses = lambda losses=losses: calls.append(1) or losses()
+        game.algorithm = gameopt.SGA(0.1)
+        game._forward_mode.ok = forward_mode
+        calls.clear()
+        game.step()
+        assert len(calls) == 1
+        steps[forward_mode] = [t.clone() for t in game.layout.data]
+    for a, b in zip(steps[True], steps[False]):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+
+
+def test_vjp_jvp_with_sparse_gradients_takes_the_separate_products() -> None:
+    """No graph toward a sparse gradient's grad_output: vjp_jvp refuses as jvp does."""
+    lin = _odd_game(sparse=True).linearize()
+    with pytest.raises(NotImplementedError, match="sparse gradients"):
+        lin.vjp_jvp(lin.xi)
+
+
+@pytest.mark.parametrize("game_name", list(GAMES))
+@pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
+def test_sga_jvp_forward_matches_the_closed_form_and_the_double_backward(game_name, raw) -> None:
+    """``SGA(jvp="forward")``: Jᵀξ by a pass that frees ξ's graph, Jξ forward-over-reverse;
+    the same iterates as the closed form and as the default path. Players given as
+    tensors have no module to run with dual parameters: refused, nothing changes."""
+    from games import assert_same_state
+
+    tg = GAMES[game_name]()
+    lrs = [0.05 + 0.02 * i for i in range(len(tg.init))]
+    kw = {"lam": 0.8, "align": True, "eps": 0.1}
+    game = tg.build(gameopt.SGA(lrs, lam=0.8, jvp="forward"), raw=raw)
+    if raw:
+        before = game.state_dict()
+        with pytest.raises(RuntimeError, match=r"forward-mode AD is unavailable .*a player given as tensors"):
+            game.step()
+        assert_same_state(game.state_dict(), before)
+        return
+    other = GAMES[game_name]()
+    default = other.build(gameopt.SGA(lrs, lam=0.8))
+    ws = [w.clone() for w in tg.init]
+    for t in range(3):
+        step = ref_direction("sga", tg, ws, lrs, {}, **kw)
+        ws = [w + d for w, d in zip(ws, torch.split(step, [w.numel() for w in ws]))]
+        game.step()
+        default.step()
+        torch.testing.assert_close(torch.cat(tg.params()), torch.cat(ws), rtol=1e-9, atol=1e-11, msg=f"step {t}")
+        torch.testing.assert_close(torch.cat(tg.params()), torch.cat(other.params()), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("cause", ["earlier", "now"])
+def test_sga_jvp_forward_without_forward_mode_ad_is_refused_and_changes_nothing(monkeypatch, cause) -> None:
+    """Without forward-mode AD the double backward would need ξ's graph, which the
+    pass taking Jᵀξ freed: the step is refused naming the cause, and nothing changes."""
+    from games import assert_same_state
+
+    game = _odd_game()
+    game.algorithm = gameopt.SGA(0.1, jvp="forward")
+    game.step()
+    before = game.state_dict()
+    if cause == "earlier":
+        game._forward_mode.ok = False
+        match = "an op without a forward-mode formula, met at an earlier product"
+    else:
+        import gameopt.autodiff.linearization as linearization
+
+        def lacking(*args, **kwargs):
+            raise NotImplementedError("Trying to use forward AD with some_op that does not support it")
+
+        monkeypatch.setattr(linearization, "dual_tangents", lacking)
+        match = "PyTorch: Trying to use forward AD with some_op"
+    with pytest.raises(RuntimeError, match=match) as err:
+        game.step()
+    assert "SGA: jvp='double_backward'" in str(err.value)
+    assert_same_state(game.state_dict(), before)
+    game.algorithm.jvp = "double_backward"
+    game.step()  # the default path needs no forward mode
+
+
+def test_an_sga_checkpoint_resumes_under_either_jvp_path() -> None:
+    """``jvp`` is how Jξ is taken, not which run: not part of the checkpoint's identity."""
+    game = _odd_game()
+    game.algorithm = gameopt.SGA(0.1)
+    game.step()
+    saved = game.state_dict()
+    other = _odd_game()
+    other.algorithm = gameopt.SGA(0.1, jvp="forward")
+    other.load_state_dict(saved)
+    other.step()
+    game.step()
+    for a, b in zip(game.layout.data, other.layout.data):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_sga_jvp_forward_frees_the_graph_of_xi_before_the_losses_run_again() -> None:
+    """The memory of ``jvp="forward"``: when the losses run again with dual parameters,
+    nothing the first evaluation saved for backward is held any more (counted by
+    saved-tensor hooks); the default path evaluates the losses once."""
+    import weakref
+
+    class Saved:
+        def __init__(self, t):
+            self.t = t
+
+    held: list[weakref.ref] = []
+
+    def pack(t):
+        saved = Saved(t)
+        held.append(weakref.ref(saved))
+        return saved
+
+    alive: list[int] = []
+    for jvp in ("forward", "double_backward"):
+        game = _odd_game()
+        losses = game.losses
+
+        def hooked(losses=losses):
+            if not held:
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda saved: saved.t):
+                    return losses()
+            alive.append(sum(ref() is not None for ref in held))
+            return losses()
+
+        game.losses = hooked
+        game.algorithm = gameopt.SGA(0.1, jvp=jvp)
+        game.step()
+        assert held
+        held.clear()
+    assert alive == [0]
+
+
+def test_sga_jvp_forward_sees_the_same_noise_and_moves_the_buffers_once() -> None:
+    """``jvp="forward"`` re-evaluates the losses (dropout, noise drawn in the losses,
+    training-mode BatchNorm): with the same random numbers and the buffers left as
+    they are, it takes the step of the default path, which evaluates them once."""
+    from test_evaluation import _buffers, _dcgan
+
+    steps, buffers = {}, {}
+    for jvp in ("forward", "double_backward"):
+        gen, disc, losses, draws, _ = _dcgan(seed=1)
+        game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SGA(0.05, jvp=jvp))
+        game.step()
+        assert len(draws) == (2 if jvp == "forward" else 1)
+        assert all(torch.equal(z, draws[0]) for z in draws)
+        steps[jvp], buffers[jvp] = [t.clone() for t in game.layout.data], _buffers(gen, disc)
+    for a, b in zip(steps["forward"], steps["double_backward"]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert all(map(torch.equal, buffers["forward"], buffers["double_backward"]))

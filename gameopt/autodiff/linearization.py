@@ -187,8 +187,14 @@ class GeneralLinearization:
 
     def vjp(self, u: Vec, last: bool = False) -> Vec:
         """Jᵀ u. ``last``: no product follows (the graph is freed during this pass:
-        less memory held, a little faster; a later product raises)."""
-        return self._mean(self._local_vjp(u, last))
+        less memory held, a little faster; a later product raises); ξ's per-parameter
+        pieces are dropped and ``losses`` keep their values only (what their graphs
+        saved that ξ's did not is freed too)."""
+        out = self._local_vjp(u, last)
+        if last:
+            self.pieces = [[None] * len(piece) for piece in self.pieces]
+            self.losses = [loss.detach() for loss in self.losses]
+        return self._mean(out)
 
     def diag(self, v: Vec) -> Vec:
         """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
@@ -294,6 +300,7 @@ class GeneralLinearization:
         return self._mean(self._local_jvp(v))
 
     def _local_jvp(self, v: Vec) -> Vec:
+        why = "a player given as tensors (no module to run with dual parameters)"
         if self.functional and self.problem.forward_mode.ok:
             try:
                 # the same random numbers as ξ's evaluation; buffers left as they are
@@ -306,6 +313,15 @@ class GeneralLinearization:
                     raise
                 log.info("forward-mode AD unavailable (%s); using double backward for Jv", err)
                 self.problem.forward_mode.ok = False
+                why = f"PyTorch: {err}"
+        elif self.functional:
+            why = "an op without a forward-mode formula, met at an earlier product (see the log)"
+        if self._graph.spent:
+            raise RuntimeError(
+                f"J v: forward-mode AD is unavailable for these losses ({why}), and the double backward "
+                "needs the graph that a product with last=True freed: take J v before that product "
+                "(SGA: jvp='double_backward')"
+            )
         return self._jvp_double_backward(v)
 
     def _transposed(self, offdiag: bool) -> tuple[list[list[Tensor | None]], dict[int, Part | None]]:
@@ -364,8 +380,42 @@ class GeneralLinearization:
         return self._mean(self._jvp_double_backward(v))
 
     def vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
-        """(Jᵀv, Jv)."""
-        return self.vjp(v), self.jvp(v)
+        """(Jᵀv, Jv) in two reverse passes, no re-evaluation of the losses: the
+        ``create_graph`` pass of ⟨ξ, u⟩ at a leaf u holding v's values is Jᵀu = Jᵀv,
+        and Jᵀu is linear in u, so ∂/∂u ⟨Jᵀu, v⟩ = Jv (the double-vjp trick whose
+        first pass is the product Jᵀv itself). With sparse gradients (no graph
+        toward a sparse gradient's grad_output): :meth:`vjp` and :meth:`jvp`."""
+        if any(self.problem.sparse):
+            return self.vjp(v), self.jvp(v)
+        jt, j = self._local_vjp_jvp(v)
+        return self._mean(jt), self._mean(j)
+
+    def _local_vjp_jvp(self, v: Vec) -> tuple[Vec, Vec]:
+        ks = self._all()
+        views = entry_views(self.problem, v, ks)
+        # one leaf per piece of ξ with a graph: a detached alias of v's view (no copy)
+        us = [
+            [w.detach().requires_grad_() if t is not None and t.requires_grad else None for t, w in zip(piece, part)]
+            for piece, part in zip(self.pieces, views)
+        ]
+        pieces = [t for piece in self.pieces for t in piece]
+        jt_u = self._grad(pieces, [u for part in us for u in part], ks, create_graph=True)
+        outs: list[Tensor] = []
+        grad_outs: list[Tensor] = []
+        for k, ts in jt_u.items():
+            for t, w in zip(ts or (), views[k]):
+                if t is not None and t.requires_grad:
+                    outs.append(t)
+                    grad_outs.append(w)
+        leaves = [(k, n, u) for k, part in enumerate(us) for n, u in enumerate(part) if u is not None]
+        parts: dict[int, Part | None] = {}
+        if outs:
+            grads = engine_vjp(outs, [u for _, _, u in leaves], grad_outs)  # frees the graph of Jᵀu only
+            for (k, n, _), g in zip(leaves, grads):
+                if g is not None:
+                    parts.setdefault(k, [None] * len(self.inputs[k]))[n] = g
+        # Jᵀv joined once its graph is gone (one vector less at the peak)
+        return joint_vector(self.problem, jt_u), joint_vector(self.problem, parts)
 
 
 def linearize(
