@@ -24,13 +24,13 @@ from .algorithms import (
     Stackelberg,
 )
 from .algorithms.base import Wrapper
+from .constrained import LagrangianGame, MultiplicativePenalty, NuPI, Proxy, Sampled
 from .evaluation import DynamicLossScale, LossError, StepLosses
 from .game import Game, NonFiniteError
-from .lagrangian import LagrangianGame, MultiplicativePenalty, Proxy, Sampled
 from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player
-from .updates import Adam, Momentum, NuPI, Plain, RMSProp, UpdateRule
+from .updates import Adam, Momentum, Plain, RMSProp, UpdateRule
 from .vec import Vec
 
 __all__ = [

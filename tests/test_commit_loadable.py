@@ -290,7 +290,7 @@ def test_a_growing_penalty_coefficient_stops_at_max_coefficient_with_one_warning
     problem = _infeasible() if cap is None else _infeasible(max_coefficient=cap)
     cap = float(torch.tensor(cap or 1e8, dtype=torch.float32))  # the default is 1e8; as float32 holds it
     _set_penalty(problem, 0.95 * cap)
-    with caplog.at_level(logging.WARNING, logger="gameopt.lagrangian"):
+    with caplog.at_level(logging.WARNING, logger="gameopt.constrained.penalties"):
         problem.step()
         problem.step()
     assert float(problem.penalties[0]) == cap  # not 0.95 * 1.1 * cap

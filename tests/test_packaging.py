@@ -119,7 +119,7 @@ def test_gameopt_has_no_import_cycle() -> None:
 
     modules = sorted(m for m in graph if m != "gameopt")
     cycles = [(a, b) for i, a in enumerate(modules) for b in modules[i + 1 :] if reaches(a, b) and reaches(b, a)]
-    assert "gameopt.autodiff" in graph and "gameopt.game" in graph["gameopt.lagrangian"]
+    assert "gameopt.autodiff" in graph and "gameopt.game" in graph["gameopt.constrained.game"]
     assert cycles == []
 
 

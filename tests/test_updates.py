@@ -584,7 +584,7 @@ def test_the_memory_flags_are_declared_not_detected() -> None:
     import gameopt.updates as U
 
     assert "inspect" not in vars(U)
-    for rule in (U.Plain(), U.Momentum(), U.Adam(), U.RMSProp(), U.NuPI(), U.PerPlayer([U.Plain(), U.Adam()])):
+    for rule in (U.Plain(), U.Momentum(), U.Adam(), U.RMSProp(), gameopt.NuPI(), U.PerPlayer([U.Plain(), U.Adam()])):
         assert rule.memory_flags is True, type(rule).__name__
     assert U.UpdateRule.memory_flags is False and _Halved.memory_flags is False and _HalvedPlain.memory_flags
     assert _DoubledAdam.memory_flags is True
