@@ -172,10 +172,6 @@ class JointLayout:
         sizes, index = split_plan([(start, seg.numel) for _, start, seg in placed], self.data[g].numel())
         return sizes, [(p, k, seg) for (p, _, seg), k in zip(placed, index)]
 
-    def dot(self, a: Vec, b: Vec) -> Tensor:
-        """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""
-        return Vec(a).dot(b)
-
 
 class VecPool:
     """The joint vectors an algorithm takes during a step (``oracle.empty()``).

@@ -51,16 +51,8 @@ class Linearization(Protocol):
         """(Jᵀv, Jv)."""
         ...
 
-    def diag(self, v: Vec) -> Vec:
-        """Dv = (∂ξ_i/∂w_i v_i)_i."""
-        ...
-
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v."""
-        ...
-
-    def offdiag_vjp(self, u: Vec) -> Vec:
-        """H_oᵀ u."""
         ...
 
     def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
@@ -202,8 +194,4 @@ class OracleInterface(Protocol):
 
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor; returns ``vec``."""
-        ...
-
-    def dot(self, a: Vec, b: Vec) -> Tensor:
-        """⟨a, b⟩ over all players, a 0-dim tensor (no host sync)."""
         ...

@@ -35,7 +35,7 @@ def test_every_oracle_method_is_documented_and_the_game_s_oracle_has_them() -> N
     from gameopt.game import Oracle
 
     methods = [n for n in vars(api.Oracle) if not n.startswith("_") and n != "layout"]
-    assert {"xi", "linearize", "moved", "delta_to", "empty", "scaled", "scale_", "dot", "params"} <= set(methods)
+    assert {"xi", "linearize", "moved", "delta_to", "empty", "scaled", "scale_", "params"} <= set(methods)
     for name in methods:
         member = vars(api.Oracle)[name]
         doc = (member.fget if isinstance(member, property) else member).__doc__

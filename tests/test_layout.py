@@ -271,11 +271,10 @@ def test_joint_layout_keeps_each_group_on_its_device() -> None:
     assert layout.data[0].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 
 
-def test_joint_layout_dot_is_float64_over_all_groups() -> None:
-    layout, _ = _mixed()
+def test_a_joint_vector_s_dot_is_float64_over_all_groups() -> None:
     a = Vec([torch.tensor([1.0, 2.0, 3.0]), torch.arange(1.0, 8.0, dtype=F64)])
     b = Vec([torch.tensor([0.5, 0.5, 2.0]), torch.ones(7, dtype=F64)])
-    d = layout.dot(a, b)
+    d = a.dot(b)
     assert d.dtype == F64 and d.shape == () and d.item() == 0.5 + 1.0 + 6.0 + 28.0
 
 

@@ -419,21 +419,6 @@ class Game:
             yield problem, grad
 
     # -------------------------------------------------------- feasible sets
-    def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
-        """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
-        a constrained parameter its set's step (the projection ``P(w + delta)``, or
-        a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
-        The one place where a game forms a new point (see :mod:`gameopt.constraints`).
-        Raises :class:`NonFiniteError`, with nothing written, if a set returns a
-        point that is not finite."""
-        return self._moves.move(w, delta, out)
-
-    def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
-        """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
-        ``target − w``, or the constraint's own (``log target − log w`` for the
-        entropic simplex)."""
-        return self._moves.delta_to(w, target, out)
-
     def project_(self, vec: Vec, nonconvex_only: bool = False) -> list[str]:
         """In place: project each constrained parameter's part of ``vec`` onto its set
         (with ``nonconvex_only``, only where the set is not convex); returns what moved."""

@@ -202,7 +202,9 @@ class Oracle:
 
     def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
         """A new (pool) vector: the point reached from the current point (or ``at``)
-        by the step ``delta``, within the players' feasible sets (see :meth:`~gameopt.Game.move`)."""
+        by the step ``delta``, within the players' feasible sets: ``w + delta``, and for a
+        constrained parameter its set's step (the projection ``P(w + delta)``, or a mirror
+        step such as ``w · exp(delta)`` normalized; see :mod:`gameopt.constraints`)."""
         return self._context.moves.move(self.params if at is None else at, delta, out=self.empty())
 
     def project_nonconvex_(self, vec: Vec) -> Vec:
@@ -212,7 +214,8 @@ class Oracle:
 
     def delta_to(self, target: Vec) -> Vec:
         """A new (pool) vector: the step whose move from the current point lands on
-        the feasible point ``target`` (see :meth:`~gameopt.Game.delta_to`)."""
+        the feasible point ``target``: ``target − w``, or the constraint's own
+        (``log target − log w`` for the entropic simplex)."""
         return self._context.moves.delta_to(self.params, target, out=self.empty())
 
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
@@ -222,6 +225,3 @@ class Oracle:
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor."""
         return self.layout.scale_(vec, factors)
-
-    def dot(self, a: Vec, b: Vec) -> Tensor:
-        return self.layout.dot(a, b)
