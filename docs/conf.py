@@ -161,7 +161,7 @@ def _api_page(app) -> None:  # noqa: ANN001
         "gameopt.autodiff.ZeroSumLinearization",
         "gameopt.buffer.FlatParameter",
         "gameopt.buffer.FlatBuffer",
-        "gameopt.game.Oracle",
+        "gameopt.game.StepOracle",
     ):
         lines += [f".. autoclass:: {cls}", ""]
     out = DOCS / "api" / "index.rst"
