@@ -24,9 +24,10 @@ from .algorithms import (
     Stackelberg,
 )
 from .algorithms.base import Wrapper
-from .evaluation import DynamicLossScale, LossError, StepLosses
+from .evaluation import LossError, StepLosses
 from .game import Game, NonFiniteError
 from .lagrangian import LagrangianGame, MultiplicativePenalty, Proxy, Sampled
+from .loss_scale import DynamicLossScale
 from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player

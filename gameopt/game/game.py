@@ -29,9 +29,10 @@ from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
 from ..copying import copy_callable
 from ..distributed import DataParallel
-from ..evaluation import DynamicLossScale, Evaluations, StepLosses, restore_buffers, saved_buffers
+from ..evaluation import Evaluations, StepLosses, restore_buffers, saved_buffers
 from ..interrupts import defer, deferred_interrupts, resume
 from ..layout import JointLayout, StepVectors
+from ..loss_scale import DynamicLossScale
 from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
