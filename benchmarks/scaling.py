@@ -330,7 +330,7 @@ def count_kept_vectors(game: gameopt.Game) -> int:
     from gameopt.state import tensors_in
 
     n = game.layout.data[0].numel()
-    storages = {v[0].untyped_storage().data_ptr() for v in game._pool._owned}
+    storages = {v[0].untyped_storage().data_ptr() for v in game._vectors._owned}
     if game._moves.backup is not None:
         storages.add(game._moves.backup[0].untyped_storage().data_ptr())
     for t in tensors_in(game.algorithm_state):

@@ -516,11 +516,11 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     ``Game.step`` timed alone, interleaved with the plain ξ (ratio = fraction of ξ).
 
     Uses gameopt internals (``autodiff.vector_field``, ``vec.all_finite``,
-    ``Game._refresh``, ``Oracle``, ``Algorithm.descend``); a piece whose internals
+    ``Game._refresh``, ``StepOracle``, ``Algorithm.descend``); a piece whose internals
     changed is reported as unavailable.
     """
     from gameopt import autodiff
-    from gameopt.game import Oracle
+    from gameopt.game import StepOracle
     from gameopt.state import tensors_in
     from gameopt.vec import all_finite
 
@@ -529,7 +529,7 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     step = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
     game = step.game  # type: ignore[attr-defined]
     closure = functools.partial(game.losses, pair.x, pair.z)
-    oracle = Oracle(game._step_context, closure)
+    oracle = StepOracle(game._step_context, closure)
     alg = game.algorithm
     grads = game.layout.grad
     delta, _ = alg.descend(oracle, grads, game.algorithm_state["rule"])
@@ -538,15 +538,15 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
         "Game.step (SimGD), all of it": step,
         "autodiff.vector_field (xi into flat grad)": lambda: autodiff.vector_field(game._problem, [0, 1], closure),
         "Game._refresh (Watch.intact)": game._refresh,
-        "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
+        "all_finite(xi)  [StepOracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
-        # outside a step nothing returns the pool's vectors: recycle after each call
+        # outside a step nothing lets go of the vectors taken: let go after each call
         "Algorithm.descend, out of place": lambda: (
             alg.descend(oracle, grads, game.algorithm_state["rule"]),
-            game._pool.recycle(tensors_in(game.algorithm_state)),
+            game._vectors.keep_only(tensors_in(game.algorithm_state)),
         ),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
-        "Oracle(...) construction": lambda: Oracle(game._step_context, closure),
+        "StepOracle(...) construction": lambda: StepOracle(game._step_context, closure),
     }
     return available(f"{kind} breakdown", "plain xi", xi, pieces, pair.describe(), rounds, target)
 
@@ -585,7 +585,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
 
     1. the floor: the losses, autograd's engine per player, ξ copied into the flat
        gradient, scaled, checked finite, added to the parameters;
-    2. + the oracle (``Oracle(...)``, ``oracle.xi()``: ``autodiff.vector_field``
+    2. + the oracle (``StepOracle(...)``, ``oracle.xi()``: ``autodiff.vector_field``
        with its checks of the losses and of each player's gradients);
     3. + the algorithm (the param groups' check, ``SimGD.update``: ``descend``);
     4. + the game's checks (``Watch.intact``, ``_check_update``, ``Moves.move``);
@@ -595,7 +595,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
 
     from gameopt import _torch_compat as tc
     from gameopt.evaluation import StepLosses
-    from gameopt.game import Oracle
+    from gameopt.game import StepOracle
     from gameopt.game import game as game_module
     from gameopt.vec import all_finite
     from gameopt_players.matrix_games import matrix_game_losses
@@ -621,7 +621,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
         return StepLosses((lx.data, ly.data))
 
     def with_oracle() -> object:
-        oracle = Oracle(context, losses, True)
+        oracle = StepOracle(context, losses, True)
         xi = oracle.xi()
         xi[0].mul_(-0.0)
         if not all_finite(xi):
@@ -630,7 +630,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
         return StepLosses(oracle.losses)
 
     def with_algorithm() -> object:
-        oracle = Oracle(context, losses, True)
+        oracle = StepOracle(context, losses, True)
         alg.check_groups()
         alg.sync_rule()
         delta, _ = alg.update(oracle, game.algorithm_state)
@@ -642,7 +642,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
     def with_checks() -> object:
         if not game._watch.intact():
             raise RuntimeError("stale")
-        oracle = Oracle(context, losses, True)
+        oracle = StepOracle(context, losses, True)
         alg.check_groups()
         alg.sync_rule()
         old = game.algorithm_state

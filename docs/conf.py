@@ -14,7 +14,10 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DOCS))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import api_page  # noqa: E402
 
 import gameopt  # noqa: E402
 
@@ -99,76 +102,4 @@ html_theme_options = {"navigation_with_keys": True}
 suppress_warnings: list[str] = []
 
 
-def _api_page(app) -> None:  # noqa: ANN001
-    """Write docs/api/index.rst from gameopt.__all__, so every public name is documented."""
-    import inspect
-
-    groups: dict[str, list[str]] = {
-        "Games and players": [],
-        "Algorithms": [],
-        "Update rules": [],
-        "Errors and results": [],
-        "Building blocks": [],
-    }
-    for name in gameopt.__all__:
-        obj = getattr(gameopt, name)
-        if inspect.ismodule(obj):
-            continue
-        if isinstance(obj, type) and issubclass(obj, gameopt.Algorithm):
-            groups["Algorithms"].append(name)
-        elif isinstance(obj, type) and issubclass(obj, gameopt.UpdateRule):
-            groups["Update rules"].append(name)
-        elif isinstance(obj, type) and issubclass(obj, BaseException) or name in ("StepLosses",):
-            groups["Errors and results"].append(name)
-        elif name in ("Game", "Player", "LagrangianGame", "GameOptimizer", "DynamicLossScale"):
-            groups["Games and players"].append(name)
-        else:
-            groups["Building blocks"].append(name)
-    lines = [
-        "API reference",
-        "=============",
-        "",
-        "Generated from the docstrings. Every name in ``gameopt.__all__`` is listed here,",
-        "then the modules :mod:`gameopt.constraints`, :mod:`gameopt.diagnostics`,",
-        ":mod:`gameopt.updates`, :mod:`gameopt.debug`, :mod:`gameopt.protocols` and",
-        ":mod:`gameopt.algorithms.api` (the contract of an algorithm), and the pieces of the internals",
-        "that an algorithm of your own meets (:mod:`gameopt.autodiff`'s linearizations).",
-        "",
-        ".. currentmodule:: gameopt",
-        "",
-    ]
-    for title, names in groups.items():
-        if not names:
-            continue
-        lines += [title, "-" * len(title), "", ".. autosummary::", "   :toctree: generated", "   :nosignatures:", ""]
-        lines += [f"   {n}" for n in names] + [""]
-    in_all = ", ".join(n for n in gameopt.__all__ if hasattr(gameopt.updates, n))
-    for mod, extra in [
-        ("gameopt.constraints", []),
-        ("gameopt.diagnostics", []),
-        ("gameopt.updates", [f"   :exclude-members: {in_all}"]),
-        ("gameopt.debug", []),
-        ("gameopt.protocols", []),
-        ("gameopt.algorithms.api", ["   :ignore-module-all:"]),
-    ]:
-        members = [] if any(":members:" in e or ":no-members:" in e for e in extra) else ["   :members:"]
-        lines += [f"``{mod}``", "-" * (len(mod) + 4), "", f".. automodule:: {mod}"] + members + extra + [""]
-    lines += ["Internals an algorithm meets", "----------------------------", ""]
-    lines += [".. py:module:: gameopt.autodiff", "", ".. py:module:: gameopt.evaluation", ""]
-    lines += [".. py:module:: gameopt.buffer", "", ".. py:module:: gameopt.game", ""]
-    for cls in (
-        "gameopt.autodiff.GeneralLinearization",
-        "gameopt.autodiff.ZeroSumLinearization",
-        "gameopt.buffer.FlatParameter",
-        "gameopt.buffer.FlatBuffer",
-        "gameopt.game.Oracle",
-    ):
-        lines += [f".. autoclass:: {cls}", ""]
-    out = DOCS / "api" / "index.rst"
-    out.parent.mkdir(exist_ok=True)
-    text = "\n".join(lines)
-    if not out.exists() or out.read_text() != text:
-        out.write_text(text)
-
-
-_api_page(None)
+api_page.write(DOCS / "api" / "index.rst")  # from gameopt.__all__: every public name documented

@@ -1,6 +1,16 @@
-"""gameopt: optimization of differentiable multi-player games in PyTorch."""
+"""gameopt: optimization of differentiable multi-player games in PyTorch.
 
-from . import constraints, debug, diagnostics, dice, protocols
+Two tiers. ``gameopt`` is for users: the names in ``__all__`` (games, players,
+algorithms, update rules, errors and the modules ``constraints``, ``diagnostics``
+and ``dice``). :mod:`gameopt.algorithms.api` is for algorithm authors: the one
+module a new algorithm imports from. The modules behind it (``gameopt.protocols``,
+``gameopt.debug``, ...) stay importable, outside ``__all__``.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+# debug and protocols are authors' modules: importable, outside __all__
+from . import constraints, debug, diagnostics, dice, protocols  # noqa: F401
 from .algorithms import (
     ACGD,
     CGD,
@@ -22,11 +32,13 @@ from .algorithms import (
     PastExtragradient,
     SimGD,
     Stackelberg,
+    Wrapper,
 )
-from .algorithms.base import Wrapper
 from .constrained import LagrangianGame, MultiplicativePenalty, NuPI, Proxy, Sampled
-from .evaluation import DynamicLossScale, LossError, StepLosses
+from .evaluation import LossError, StepLosses
 from .game import Game, NonFiniteError
+from .layout import JointLayout
+from .loss_scale import DynamicLossScale
 from .normal_form import nash_conv
 from .optim import GameOptimizer
 from .player import Player
@@ -49,6 +61,7 @@ __all__ = [
     "GameOptimizer",
     "HamiltonianGD",
     "Hyper",
+    "JointLayout",
     "LA",
     "LOLA",
     "LagrangianGame",
@@ -74,10 +87,12 @@ __all__ = [
     "Vec",
     "Wrapper",
     "constraints",
-    "debug",
     "diagnostics",
     "dice",
     "nash_conv",
-    "protocols",
 ]
-__version__ = "0.1.0"
+
+try:
+    __version__ = version("gameopt")  # the installed distribution's, from pyproject.toml
+except PackageNotFoundError:  # a source tree imported without installing it: no version to read
+    __version__ = "0+unknown"

@@ -1,11 +1,11 @@
 """Debug mode: vectors used past their validity fail loudly.
 
 ``oracle.xi()`` returns a *borrowed* vector (the game's gradient buffer, valid
-until the next ``oracle.xi()``); the pool's vectors that a step's committed state
-does not hold are *recycled* after the step. Misusing either reads values that
+until the next ``oracle.xi()``); the vectors a step took (``oracle.empty()``) that
+its committed state does not hold are *let go* after the step. Misusing either reads values that
 belong to something else, silently. In debug mode ``oracle.xi()`` returns a copy
 that is filled with NaN at the next evaluation (its other players' parts too when
-``players=`` asked for some), and recycled vectors are filled with NaN: misuse then
+``players=`` asked for some), and vectors let go are filled with NaN: misuse then
 shows as a non-finite step. Every step also refuses an algorithm state that holds a
 borrowed vector, in either mode.
 

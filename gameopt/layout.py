@@ -172,20 +172,17 @@ class JointLayout:
         sizes, index = split_plan([(start, seg.numel) for _, start, seg in placed], self.data[g].numel())
         return sizes, [(p, k, seg) for (p, _, seg), k in zip(placed, index)]
 
-    def dot(self, a: Vec, b: Vec) -> Tensor:
-        """⟨a, b⟩ over the whole joint vector, as a 0-d float64 tensor on the first device."""
-        return Vec(a).dot(b)
 
+class StepVectors:
+    """The joint vectors an algorithm takes during a step (``oracle.empty()``),
+    tracked so that the game keeps only those its committed state holds.
 
-class VecPool:
-    """The joint vectors an algorithm takes during a step (``oracle.empty()``).
-
-    :meth:`take` allocates a vector (contents undefined). After a step the game
-    calls :meth:`recycle` with the algorithm state it keeps: the pool keeps the
-    vectors that state holds (compared by storage, so views count) and lets every
-    other one go, so between steps a game holds only the state its algorithm needs
-    (freed memory goes back to the allocator: the caching allocator on a GPU, the
-    process's heap on the CPU).
+    :meth:`take` allocates a vector (contents undefined) and tracks it. After a step
+    the game calls :meth:`keep_only` with the algorithm state it keeps: the vectors
+    that state holds stay tracked (compared by storage, so views count) and every
+    other one is let go, so between steps a game holds only the state its algorithm
+    needs (freed memory goes back to the allocator: the caching allocator on a GPU,
+    the process's heap on the CPU). Nothing is reused: each :meth:`take` allocates.
     """
 
     def __init__(self, layout: JointLayout) -> None:
@@ -199,10 +196,10 @@ class VecPool:
 
     @property
     def lent(self) -> bool:
-        """Whether any vector is out (taken since the last :meth:`recycle`, or kept then)."""
+        """Whether any vector is out (taken since the last :meth:`keep_only`, or kept then)."""
         return bool(self._owned)
 
-    def recycle(self, keep: Sequence[Tensor]) -> None:
+    def keep_only(self, keep: Sequence[Tensor]) -> None:
         """Let go of every vector ``keep`` does not hold (filled with NaN first in
         debug mode, see :mod:`gameopt.debug`)."""
         live = {t.untyped_storage().data_ptr() for t in keep}

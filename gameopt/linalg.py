@@ -18,11 +18,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .vec import Vec, dot
+from .vec import Vec
 
 MatVec = Callable[[Vec], Vec]
 
-__all__ = ["BreakdownError", "MatVec", "cg", "dot", "gmres"]
+__all__ = ["BreakdownError", "MatVec", "cg", "gmres"]
 
 
 class BreakdownError(ArithmeticError):

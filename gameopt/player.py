@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -21,11 +21,34 @@ _MISSING = object()
 _requires_grad = operator.attrgetter("requires_grad")
 
 
-def registries_intact(
-    watched: tuple[list[dict], list[str], list[Any], list[dict], list[int], list[Tensor], list[bool]],
-) -> bool:
+class RegistryWatch(NamedTuple):
+    """What :meth:`Player.registry_intact` compares (:meth:`Player.registry_watch`),
+    as parallel lists that :func:`registries_intact` checks in three C-level passes."""
+
+    #: the registries (a module's parameter or submodule dict), one per registration
+    reg_dicts: list[dict]
+    #: the name looked up in each of them
+    reg_names: list[str]
+    #: the value found there at fusing
+    reg_values: list[Any]
+    #: every registry, for its size
+    dicts: list[dict]
+    #: their sizes at fusing
+    sizes: list[int]
+    #: the parameters whose ``requires_grad`` is watched
+    flagged: list[Tensor]
+    #: their flags at fusing
+    flags: list[bool]
+
+    @classmethod
+    def joined(cls, watches: Sequence[RegistryWatch]) -> RegistryWatch:
+        """Several players' watches (one at least) as one, checked in the same three passes."""
+        return cls(*([x for part in parts for x in part] for parts in zip(*watches)))
+
+
+def registries_intact(watched: RegistryWatch) -> bool:
     """The three C-level passes of :meth:`Player.registry_intact` over what
-    :meth:`Player.registry_watch` returns (or several players' lists joined): every
+    :meth:`Player.registry_watch` returns (or several players' watches joined): every
     registration still holds its value, every registry its size, every watched
     parameter its ``requires_grad`` flag."""
     reg_dicts, reg_names, reg_values, dicts, sizes, flagged, flags = watched
@@ -268,15 +291,13 @@ class Player:
         game can run it every step."""
         return registries_intact(self.registry_watch())
 
-    def registry_watch(
-        self,
-    ) -> tuple[list[dict], list[str], list[Any], list[dict], list[int], list[Tensor], list[bool]]:
+    def registry_watch(self) -> RegistryWatch:
         """What :meth:`registry_intact` compares, for a caller that checks several
-        players in one pass: the registries, the names looked up in them and the values
-        found there at fusing; the registries and their sizes; the parameters whose
-        ``requires_grad`` is watched and their flags. Valid until the player re-fuses
-        (a new ``buffers`` tuple)."""
-        return (
+        players in one pass (:meth:`RegistryWatch.joined`): the registries, the names
+        looked up in them and the values found there at fusing; the registries and
+        their sizes; the parameters whose ``requires_grad`` is watched and their flags.
+        Valid until the player re-fuses (a new ``buffers`` tuple)."""
+        return RegistryWatch(
             self._reg_dicts,
             self._reg_names,
             self._reg_values,

@@ -1,5 +1,5 @@
 """What the algorithms and the diagnostics see of a game: the interfaces they are
-written against. :class:`gameopt.Game` and :class:`gameopt.game.Oracle`
+written against. :class:`gameopt.Game` and :class:`gameopt.game.StepOracle`
 implement them; ``algorithms/`` and ``diagnostics.py`` import only these, so no
 module imports ``gameopt.game`` back (not even for type checking; a test checks that
 gameopt has no import cycle).
@@ -51,16 +51,8 @@ class Linearization(Protocol):
         """(Jᵀv, Jv)."""
         ...
 
-    def diag(self, v: Vec) -> Vec:
-        """Dv = (∂ξ_i/∂w_i v_i)_i."""
-        ...
-
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v."""
-        ...
-
-    def offdiag_vjp(self, u: Vec) -> Vec:
-        """H_oᵀ u."""
         ...
 
     def block_vjp(self, i: int, j: int, u: Vec) -> Vec:
@@ -117,7 +109,7 @@ class Steppable(Protocol):
 
 class OracleInterface(Protocol):
     """What an algorithm may ask of the game during one step (the concrete class is
-    :class:`gameopt.game.Oracle`; :mod:`gameopt.algorithms.api` re-exports this
+    :class:`gameopt.game.StepOracle`; :mod:`gameopt.algorithms.api` re-exports this
     protocol as ``Oracle``).
 
     Vectors are joint vectors (:class:`~gameopt.Vec`: one flat tensor per (device,
@@ -128,7 +120,7 @@ class OracleInterface(Protocol):
     its step, or pass it to the next :meth:`xi` as ``along``, but never keep it in
     its state. Everything else is the caller's: the linearization and its vectors,
     and the vectors of :meth:`empty`, :meth:`moved`, :meth:`delta_to` and
-    :meth:`scaled` (taken from the game's pool: kept after the step only if the
+    :meth:`scaled` (tracked by the game: kept after the step only if the
     returned state holds them). :attr:`params` is read only. :mod:`gameopt.debug`
     makes misuse fail loudly.
 
@@ -151,7 +143,7 @@ class OracleInterface(Protocol):
         ...
 
     def empty(self) -> Vec:
-        """A new joint vector of the caller's, contents undefined (from the game's pool)."""
+        """A new joint vector of the caller's, contents undefined (tracked by the game for this step)."""
         ...
 
     def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec:
@@ -202,8 +194,4 @@ class OracleInterface(Protocol):
 
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor; returns ``vec``."""
-        ...
-
-    def dot(self, a: Vec, b: Vec) -> Tensor:
-        """⟨a, b⟩ over all players, a 0-dim tensor (no host sync)."""
         ...

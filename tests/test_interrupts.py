@@ -31,7 +31,10 @@ PACKAGE = Path(gameopt.__file__).parent
 #: the deferral itself, the torch.optim surface, and what puts a point or a module back
 TRACED = {
     str(PACKAGE / "game" / name) for name in ("game.py", "moves.py", "checkpoint.py", "oracle.py", "reentry.py")
-} | {str(PACKAGE / name) for name in ("interrupts.py", "optim.py", "evaluation.py", "autodiff/substitution.py")}
+} | {
+    str(PACKAGE / name)
+    for name in ("interrupts.py", "optim.py", "evaluation.py", "loss_scale.py", "autodiff/substitution.py")
+}
 
 
 @pytest.fixture(autouse=True)

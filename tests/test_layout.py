@@ -1,5 +1,5 @@
 """The joint layout (gameopt/layout.py): JointLayout's placement of every player's
-buffers into joint storage, its per-player views and vector helpers, and VecPool."""
+buffers into joint storage, its per-player views and vector helpers, and StepVectors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from models import Bag, VecModule, tiny_mlp
 from torch import nn
 
 from gameopt import Player
-from gameopt.layout import JointLayout, VecPool
+from gameopt.layout import JointLayout, StepVectors
 from gameopt.vec import Vec
 
 F64 = torch.float64
@@ -271,23 +271,22 @@ def test_joint_layout_keeps_each_group_on_its_device() -> None:
     assert layout.data[0].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
 
 
-def test_joint_layout_dot_is_float64_over_all_groups() -> None:
-    layout, _ = _mixed()
+def test_a_joint_vector_s_dot_is_float64_over_all_groups() -> None:
     a = Vec([torch.tensor([1.0, 2.0, 3.0]), torch.arange(1.0, 8.0, dtype=F64)])
     b = Vec([torch.tensor([0.5, 0.5, 2.0]), torch.ones(7, dtype=F64)])
-    d = layout.dot(a, b)
+    d = a.dot(b)
     assert d.dtype == F64 and d.shape == () and d.item() == 0.5 + 1.0 + 6.0 + 28.0
 
 
-def test_vec_pool_keeps_the_vectors_held_and_poisons_the_rest() -> None:
+def test_step_vectors_keep_the_vectors_held_and_poison_the_rest() -> None:
     layout, _ = _mixed()
-    pool = VecPool(layout)
+    pool = StepVectors(layout)
     kept, dropped = pool.take(), pool.take()
     assert [(t.dtype, t.numel()) for t in kept] == [(torch.float32, 3), (F64, 7)]
     for t in (*kept, *dropped):
         t.fill_(1.0)
-    pool.recycle([kept[0][1:]])  # a view of its (first) tensor keeps the whole vector
+    pool.keep_only([kept[0][1:]])  # a view of its (first) tensor keeps the whole vector
     assert all(torch.equal(t, torch.ones_like(t)) for t in kept)
     assert all(torch.isnan(t).all() for t in dropped)  # debug mode (conftest)
-    pool.recycle([])
+    pool.keep_only([])
     assert all(torch.isnan(t).all() for t in kept)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gameopt.linalg import cg, dot, gmres
+from gameopt.linalg import cg, gmres
+from gameopt.vec import Vec
 
 
 def _spd(n: int, seed: int) -> torch.Tensor:
@@ -71,7 +72,7 @@ def test_cg_stops_on_an_exact_solution_without_dividing_by_zero(check_every) -> 
 
 def test_dot_stays_on_the_device_in_float64() -> None:
     a = _split(torch.ones(30, dtype=torch.float32))
-    out = dot(a, a)
+    out = Vec(a).dot(a)
     assert out.dtype == torch.float64 and out.device == a[0].device and float(out) == 30.0
 
 

@@ -35,7 +35,7 @@ def kept_storages(game: gameopt.Game) -> set[int]:
     n = game.layout.data[0].numel()
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
     held = [t for t in tensors_in(game.algorithm_state) if t.numel() == n]
-    held += [v[0] for v in game._pool._owned]
+    held += [v[0] for v in game._vectors._owned]
     if game._moves.backup is not None:
         held += list(game._moves.backup)
     return {t.untyped_storage().data_ptr() for t in held} - own
@@ -49,7 +49,7 @@ def test_a_warm_step_keeps_only_the_state_its_method_needs(name) -> None:
         game.step()
         assert len(kept_storages(game)) == expected
         state = {t.untyped_storage().data_ptr() for t in tensors_in(game.algorithm_state)}
-        assert all(v[0].untyped_storage().data_ptr() in state for v in game._pool._owned)
+        assert all(v[0].untyped_storage().data_ptr() in state for v in game._vectors._owned)
 
 
 def _clone(state: dict) -> dict:

@@ -32,7 +32,7 @@ def _held(game: gameopt.Game) -> set[int]:
     n = game.layout.data[0].numel()
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
     held = [t for t in tensors_in(game.algorithm_state) if t.numel() == n]
-    held += [v[0] for v in game._pool._owned]
+    held += [v[0] for v in game._vectors._owned]
     if game._moves.backup is not None:
         held += list(game._moves.backup)
     return {t.untyped_storage().data_ptr() for t in held} - own

@@ -129,7 +129,7 @@ def test_the_public_api_is_sorted_and_holds_no_internals() -> None:
     names = gameopt.__all__
     assert names == sorted(names, key=lambda n: (n[0].islower(), n)) and len(set(names)) == len(names)
     assert all(hasattr(gameopt, n) for n in names)
-    for public in ("Wrapper", "protocols", "constraints", "diagnostics", "Proxy", "Sampled", "NuPI"):
+    for public in ("Wrapper", "constraints", "diagnostics", "Proxy", "Sampled", "NuPI"):
         assert public in names
     for internal in ("Oracle", "FlatBuffer"):
         assert internal not in names and not hasattr(gameopt, internal)

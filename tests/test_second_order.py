@@ -151,8 +151,7 @@ def test_linearization_products(game_name, raw, cross) -> None:
     game = tg.build(gameopt.SimGD(0.1), raw=raw)
     ws = tg.params()
     J, H = _ho(tg, ws)
-    D = J - H
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(cross=cross)
+    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(cross=cross)
     assert (lin.cross is not None) == cross
     layout = game.layout
     g = torch.Generator().manual_seed(0)
@@ -164,9 +163,7 @@ def test_linearization_products(game_name, raw, cross) -> None:
     cases = {
         "jvp": (lin.jvp(v), J @ vv),
         "vjp": (lin.vjp(v), J.T @ vv),
-        "diag": (lin.diag(v), D @ vv),
         "offdiag_jvp": (lin.offdiag_jvp(v), H @ vv),
-        "offdiag_vjp": (lin.offdiag_vjp(v), H.T @ vv),
         "jvp_many": (lin.jvp_many(v), J @ vv),
         "jvp_many_again": (lin.jvp_many(v), J @ vv),
         "offdiag_jvp_again": (lin.offdiag_jvp(v), H @ vv),
@@ -280,9 +277,9 @@ def test_cgd_zero_sum_solver_matches_general_solver(kind) -> None:
 @pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
 def test_zero_sum_linearization_products(batched, raw) -> None:
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1), raw)
-    oracle = gameopt.game.Oracle(game._step_context, game.losses)
+    oracle = gameopt.game.StepOracle(game._step_context, game.losses)
     general = oracle.linearize()
-    oracle = gameopt.game.Oracle(game._step_context, game.losses)
+    oracle = gameopt.game.StepOracle(game._step_context, game.losses)
     zs = oracle.linearize(zero_sum=True, batched=batched)
     assert isinstance(zs, gameopt.autodiff.ZeroSumLinearization)
     layout = game.layout
@@ -292,7 +289,7 @@ def test_zero_sum_linearization_products(batched, raw) -> None:
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-13, msg=msg) for x, y in zip(a, b)
     ]
     close(zs.xi, general.xi, "xi")
-    for name in ("jvp", "vjp", "diag", "offdiag_jvp", "offdiag_vjp", "jvp_many"):
+    for name in ("jvp", "vjp", "offdiag_jvp", "jvp_many"):
         close(getattr(zs, name)(v), getattr(general, name)(v), name)
     for i, j in ((0, 1), (1, 0), (0, 0), (1, 1)):
         close(zs.block_vjp(i, j, v), general.block_vjp(i, j, v), f"block_vjp {i} {j}")
@@ -328,14 +325,14 @@ def test_zero_sum_products_on_padded_layouts_and_last(align) -> None:
     if align is not None:
         players = [gameopt.Player(gen, align=align), gameopt.Player(disc, align=align)]
         game = gameopt.Game(players, game.losses, algorithm=gameopt.SimGD(0.1))
-    oracle = lambda: gameopt.game.Oracle(game._step_context, game.losses)  # noqa: E731
+    oracle = lambda: gameopt.game.StepOracle(game._step_context, game.losses)  # noqa: E731
     zs, general = oracle().linearize(zero_sum=True), oracle().linearize()
     assert all(game.layout.packed) == (align is None)  # padded: the copies into views
     g = torch.Generator().manual_seed(0)
     v = gameopt.Vec(torch.randn(t.shape, generator=g, dtype=t.dtype) for t in game.layout.data)
     for a, b in zip(zs.xi, general.xi):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
-    for name in ("jvp", "offdiag_vjp", "chi"):
+    for name in ("jvp", "offdiag_jvp", "chi"):
         args = () if name == "chi" else (v,)
         for a, b in zip(getattr(zs, name)(*args), getattr(general, name)(*args)):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13, msg=name)
@@ -397,7 +394,7 @@ def _per_param(game, vec):
 
 
 def _general_products(game, cross=False, jvp=True):
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(cross=cross)
+    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(cross=cross)
     g = torch.Generator().manual_seed(0)
     layout = game.layout
     v = layout.zeros()
@@ -409,8 +406,6 @@ def _general_products(game, cross=False, jvp=True):
     out = {
         "xi": per(lin.xi),
         "vjp": per(lin.vjp(v)),
-        "diag": per(lin.diag(v)),
-        "offdiag_vjp": per(lin.offdiag_vjp(v)),
         "block_vjp": per(lin.block_vjp(0, 1, v)),
         "block_vjp_parts": torch.cat(
             [t.reshape(-1) for e, flat in zip(layout.by_player[2], parts) for t in e.buffer.views(flat)]
@@ -495,7 +490,7 @@ def test_a_kept_linearization_does_not_pin_the_parameters(zero_sum) -> None:
     """A linearization kept alive (a traceback in a notebook, say) must not stop the
     modules from being fused again: its graph holds aliases, not the parameters."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
+    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
     modules = [p.module for p in game.players]
     other = gameopt.Game(modules, game.losses, algorithm=gameopt.SGA(0.1))  # fuses the modules again
     other.step()
@@ -530,10 +525,10 @@ def test_a_module_whose_parameter_dict_was_replaced_still_gets_its_aliases(zero_
     replaced by an equal one (same parameters, so the game sees nothing to re-fuse)
     must not leave the losses on the parameters themselves (ξ would miss them)."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    gameopt.game.Oracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
+    gameopt.game.StepOracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
     net = game.players[0].module.layers[0]
     net._parameters = dict(net._parameters)
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
+    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
     field = game.layout.from_per_player(game.vector_field())
     for a, b in zip(lin.xi, field):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)

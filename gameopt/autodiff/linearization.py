@@ -179,12 +179,6 @@ class GeneralLinearization:
     def _local_vjp(self, u: Vec, last: bool = False) -> Vec:
         return joint_vector(self.problem, self._reverse(self._all(), u, self._all(), last=last))
 
-    def _local_diag(self, v: Vec) -> Vec:
-        parts: dict[int, Part | None] = {}
-        for ks in self.entries_of:
-            parts.update(self._reverse(ks, v, ks))
-        return joint_vector(self.problem, parts)
-
     def vjp(self, u: Vec, last: bool = False) -> Vec:
         """Jᵀ u. ``last``: no product follows (the graph is freed during this pass:
         less memory held, a little faster; a later product raises); ξ's per-parameter
@@ -195,14 +189,6 @@ class GeneralLinearization:
             self.pieces = [[None] * len(piece) for piece in self.pieces]
             self.losses = [loss.detach() for loss in self.losses]
         return self._mean(out)
-
-    def diag(self, v: Vec) -> Vec:
-        """D v = (∇²_{w_i} f_i v_i)_i: one reverse pass per player."""
-        return self._mean(self._local_diag(v))
-
-    def offdiag_vjp(self, u: Vec) -> Vec:
-        """H_oᵀ u: one reverse pass per player, toward the other players' parameters."""
-        return self._mean(joint_vector(self.problem, self._offdiag_reverse(entry_views(self.problem, u, self._all()))))
 
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v. With ``cross``: n reverse passes (see :meth:`shaping`). Else ∂/∂u

@@ -149,10 +149,6 @@ class ZeroSumLinearization:
         return self.layout.only(v, i)
 
     # -------------------------------------------------------------- products
-    def hvp(self, v: Vec) -> Vec:
-        """H v, H = ∇²f."""
-        return self._mean(self._hvps([v])[0])
-
     def vjp(self, u: Vec, last: bool = False) -> Vec:
         """Jᵀ u = H S u (Jᵀξ = H∇f: no copy, where ξ is this rank's own). ``last``: no
         product follows (the graph is freed during this pass; a later product raises)."""
@@ -183,24 +179,10 @@ class ZeroSumLinearization:
             self._sign_(ui)
         return self._mean(self._only(self._hvps([ui])[0], j))
 
-    def _local_diag(self, v: Vec) -> Vec:
-        parts = self._hvps([self._only(v, 0), self._only(v, 1)])
-        return self._sign_(self._only(parts[0], 0) + self._only(parts[1], 1))
-
-    def diag(self, v: Vec) -> Vec:
-        """D v = (s_i H_ii v_i)_i: two Hessian-vector products."""
-        return self._mean(self._local_diag(v))
-
     def offdiag_jvp(self, v: Vec) -> Vec:
         """H_o v = (s_i H_ij v_j)_i: two Hessian-vector products."""
         parts = self._hvps([self._only(v, 1), self._only(v, 0)])
         return self._mean(self._sign_(self._only(parts[0], 0) + self._only(parts[1], 1)))
-
-    def offdiag_vjp(self, u: Vec) -> Vec:
-        """H_oᵀ u = (s_j H_ij u_j)_i: two Hessian-vector products."""
-        su = self._signed(u)
-        parts = self._hvps([self._only(su, 1), self._only(su, 0)])
-        return self._mean(self._only(parts[0], 0) + self._only(parts[1], 1))
 
     def shaping(self, v: Vec | None, chi: bool = True) -> Vec:
         """H_o v + χ (either term may be left out: ``v=None``, ``chi=False``)."""

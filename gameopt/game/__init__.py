@@ -1,5 +1,5 @@
 """The game: :class:`Game` (players, losses, an algorithm, the step) and the
-:class:`Oracle` an algorithm queries during a step.
+:class:`StepOracle` an algorithm queries during a step.
 
 One job per module: ``game.py`` builds the game and steps it; ``oracle.py`` is what
 an algorithm may ask, through a narrow view of the game (``StepContext``);
@@ -10,6 +10,6 @@ carries the algorithm state by parameter; ``checkpoint.py`` writes, checks and l
 
 from .errors import NonFiniteError
 from .game import Game
-from .oracle import Oracle
+from .oracle import StepOracle
 
-__all__ = ["Game", "NonFiniteError", "Oracle"]
+__all__ = ["Game", "NonFiniteError", "StepOracle"]

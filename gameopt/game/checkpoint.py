@@ -21,7 +21,7 @@ from .. import _torch_compat as tc
 from ..algorithms.api import State
 from ..algorithms.base import Algorithm
 from ..checks import check_number
-from ..evaluation import DynamicLossScale
+from ..loss_scale import DynamicLossScale
 from ..player import Player
 from ..state import check_like, clone_state
 

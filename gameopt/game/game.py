@@ -29,9 +29,10 @@ from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
 from ..copying import copy_callable
 from ..distributed import DataParallel
-from ..evaluation import DynamicLossScale, Evaluations, StepLosses, restore_buffers, saved_buffers
+from ..evaluation import Evaluations, StepLosses, restore_buffers, saved_buffers
 from ..interrupts import defer, deferred_interrupts, resume
-from ..layout import JointLayout, VecPool
+from ..layout import JointLayout, StepVectors
+from ..loss_scale import DynamicLossScale
 from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
@@ -40,12 +41,13 @@ from ..vec import Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
 from .errors import NonFiniteError
 from .moves import Moves
-from .oracle import Oracle, StepContext
+from .oracle import StepContext, StepOracle
 from .rollback import Rollback
 
 log = logging.getLogger(__name__)
 
-PerPlayer = tuple[Tensor | tuple[Tensor, ...], ...]
+#: one flat tensor per player (a tuple of them for a player with several groups)
+PlayerParts = tuple[Tensor | tuple[Tensor, ...], ...]
 
 
 def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -364,7 +366,7 @@ class Game:
             parallel=self._parallel is not None,
             forward_mode=self._forward_mode,
         )
-        self._pool = VecPool(self.layout)
+        self._vectors = StepVectors(self.layout)
         self._watch = relayout.Watch(self.players)
         self._moves = Moves(self.layout, self.players)
         # a move is one write (Moves.move: one add into the one group), so that a commit that
@@ -380,7 +382,7 @@ class Game:
             mean_=self._mean_,
             together=self._together,
             evaluations=functools.partial(Evaluations, self._buffer_registries, cuda_devices),
-            take=self._pool.take,
+            take=self._vectors.take,
             scale=self._loss_scale_now,
         )
 
@@ -419,21 +421,6 @@ class Game:
             yield problem, grad
 
     # -------------------------------------------------------- feasible sets
-    def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
-        """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
-        a constrained parameter its set's step (the projection ``P(w + delta)``, or
-        a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
-        The one place where a game forms a new point (see :mod:`gameopt.constraints`).
-        Raises :class:`NonFiniteError`, with nothing written, if a set returns a
-        point that is not finite."""
-        return self._moves.move(w, delta, out)
-
-    def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
-        """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
-        ``target − w``, or the constraint's own (``log target − log w`` for the
-        entropic simplex)."""
-        return self._moves.delta_to(w, target, out)
-
     def project_(self, vec: Vec, nonconvex_only: bool = False) -> list[str]:
         """In place: project each constrained parameter's part of ``vec`` onto its set
         (with ``nonconvex_only``, only where the set is not convex); returns what moved."""
@@ -441,7 +428,7 @@ class Game:
 
     # ---------------------------------------------------------- derivatives
     @_evaluating
-    def vector_field(self, *args: Any, **kwargs: Any) -> PerPlayer:
+    def vector_field(self, *args: Any, **kwargs: Any) -> PlayerParts:
         """ξ(w) = (∇_{w_1} f_1, …, ∇_{w_n} f_n): one detached flat tensor per player
         (a tuple of tensors for a player with several dtype/device groups).
 
@@ -480,16 +467,16 @@ class Game:
 
         return jacobian_operator(self, *args, **kwargs)
 
-    def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+    def jvp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PlayerParts:
         """J v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         return self._product("jvp", v, *args, **kwargs)
 
-    def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+    def vjp(self, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PlayerParts:
         """Jᵀ v, with J = ∂ξ/∂w the game Jacobian and ``v`` one flat tensor per player."""
         return self._product("vjp", v, *args, **kwargs)
 
     @_evaluating
-    def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PerPlayer:
+    def _product(self, which: str, v: Sequence[Tensor], *args: Any, **kwargs: Any) -> PlayerParts:
         """``linearize(*args, **kwargs).jvp`` or ``.vjp`` of ``v`` (one flat tensor per player)."""
         if not self.stepping:
             self._refresh()  # the layout ``v`` is read into
@@ -528,7 +515,7 @@ class Game:
 
         A step follows the players if one changed (a module converted or edited:
         the layout is rebuilt, the algorithm state carried by parameter), asks the
-        algorithm for ``(delta, new_state)`` through a :class:`~gameopt.game.Oracle`,
+        algorithm for ``(delta, new_state)`` through a :class:`~gameopt.game.StepOracle`,
         checks both (finite; no borrowed vector kept), moves the parameters by
         ``delta`` through their feasible sets (:meth:`move`) and commits the new
         state. On any error the parameters, the algorithm state and the module
@@ -546,7 +533,7 @@ class Game:
         if not self._watch.intact():
             self._refresh()
         algorithm = self._algorithm
-        oracle = Oracle(self._step_context, closure, algorithm.evaluates_once)
+        oracle = StepOracle(self._step_context, closure, algorithm.evaluates_once)
         old = kept = self.algorithm_state
         buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
         committed = False
@@ -577,13 +564,13 @@ class Game:
             raise
         finally:
             self._step_buffers = None
-            # keep only what the committed state holds: the pool's other vectors live
+            # keep only what the committed state holds: the step's other vectors live
             # within the step only
-            if self._pool.lent:
-                self._pool.recycle(new_tensors if kept is not old else tensors_in(old))
+            if self._vectors.lent:
+                self._vectors.keep_only(new_tensors if kept is not old else tensors_in(old))
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
 
-    def _put_back(self, buffers: list[tuple[Tensor, Tensor]], oracle: Oracle) -> None:
+    def _put_back(self, buffers: list[tuple[Tensor, Tensor]], oracle: StepOracle) -> None:
         """After a failed step: the module buffers it started from (``buffers``); and
         what an interrupt may have cut short the putting back of: gradients on (as
         :func:`_evaluating` runs a step; a ``no_grad`` block's exit), the point (an
@@ -600,7 +587,7 @@ class Game:
                 if not isinstance(registry[name], nn.Parameter):
                     registry[name] = p
 
-    def _skip(self, oracle: Oracle) -> StepLosses:
+    def _skip(self, oracle: StepOracle) -> StepLosses:
         """A non-finite step, skipped (nothing changed): counted; with a loss scale,
         an overflow, and the scale backs off."""
         if self.loss_scale is not None:
@@ -710,7 +697,7 @@ _REBUILT = frozenset(
         "_submodules",
         "_buffer_registries",
         "_problem",
-        "_pool",
+        "_vectors",
         "_watch",
         "_moves",
         "_step_context",
@@ -772,7 +759,9 @@ def _check_algorithm(algorithm: Any) -> None:
         raise TypeError(f"algorithm must be a gameopt Algorithm, got {type(algorithm).__name__}")
 
 
-def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_state: Any, moves: Moves) -> list[Tensor]:
+def _check_update(
+    name: str, oracle: StepOracle, delta: Vec, new_state: Any, old_state: Any, moves: Moves
+) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
     kept as a plain list (``TypeError``), a step or new state that is not finite, or a
@@ -794,7 +783,7 @@ def _check_update(name: str, oracle: Oracle, delta: Vec, new_state: Any, old_sta
 
 
 def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec], name: str) -> None:
-    """Refuse a state (given by its tensors) that holds a vector that :meth:`Oracle.xi`
+    """Refuse a state (given by its tensors) that holds a vector that :meth:`StepOracle.xi`
     lent (the gradient buffer, which the next evaluation overwrites)."""
     lent = {t.untyped_storage().data_ptr() for vec in borrowed for t in vec}
     if lent and any(t.untyped_storage().data_ptr() in lent for t in state_tensors):

@@ -1,4 +1,4 @@
-"""What an algorithm may ask of its game during one step: the :class:`Oracle`, and
+"""What an algorithm may ask of its game during one step: the :class:`StepOracle`, and
 the narrow view of the game it is built on (:class:`StepContext`)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .moves import Moves
 
 @dataclass(frozen=True)
 class StepContext:
-    """All that an :class:`Oracle` sees of its game. The game builds one per layout."""
+    """All that a :class:`StepOracle` sees of its game. The game builds one per layout."""
 
     layout: JointLayout
     problem: autodiff.Problem  # what autodiff sees of the game
@@ -34,11 +34,11 @@ class StepContext:
     mean_: Callable[[Vec], Vec]  # average a joint vector across ranks, in place
     together: Callable[[], AbstractContextManager[None]]  # an evaluation every rank finishes together
     evaluations: Callable[[bool], Evaluations]  # what the evaluations of one step share (arg: once)
-    take: Callable[[], Vec]  # a pool vector (contents undefined); see VecPool
+    take: Callable[[], Vec]  # a new vector of the step (contents undefined); see StepVectors
     scale: Callable[[], float]  # the loss scale now (1.0 without loss scaling)
 
 
-class Oracle:
+class StepOracle:
     """What an algorithm may ask of the game during one step.
 
     Vectors are joint vectors (``Vec``: one flat tensor per (device, dtype)
@@ -51,7 +51,7 @@ class Oracle:
     its step, or pass it to the next :meth:`xi` as ``along``, but never keep it in
     its state). Everything else is the caller's: the linearization and its vectors,
     and the vectors of ``empty``, :meth:`moved`, :meth:`delta_to` and
-    :meth:`scaled` (taken from the game's pool: kept after the step only if the
+    :meth:`scaled` (tracked by the game: kept after the step only if the
     returned state holds them). :mod:`gameopt.debug` makes misuse fail loudly.
 
     The game builds one per step from a ``StepContext`` (all that the oracle sees
@@ -81,7 +81,7 @@ class Oracle:
         self.scale = context.scale()
         self.losses: tuple[Tensor, ...] | None = None  # at the start of the step
         self._all_losses: list[Sequence[Tensor]] = []
-        self.empty = context.take  # a pool vector (contents undefined); see VecPool
+        self.empty = context.take  # a new vector of the step (contents undefined); see StepVectors
         self.borrowed: list[Vec] = []  # what xi() returned (debug mode: copies, poisoned when stale)
         self.debug = debug.enabled()  # debug mode, as the step began (:mod:`gameopt.debug`)
         self._everyone = range(context.layout.num_players)
@@ -201,8 +201,10 @@ class Oracle:
         return f"{what} is not finite{hint}; the step was refused and nothing changed"
 
     def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
-        """A new (pool) vector: the point reached from the current point (or ``at``)
-        by the step ``delta``, within the players' feasible sets (see :meth:`~gameopt.Game.move`)."""
+        """A new vector (the caller's): the point reached from the current point (or ``at``)
+        by the step ``delta``, within the players' feasible sets: ``w + delta``, and for a
+        constrained parameter its set's step (the projection ``P(w + delta)``, or a mirror
+        step such as ``w · exp(delta)`` normalized; see :mod:`gameopt.constraints`)."""
         return self._context.moves.move(self.params if at is None else at, delta, out=self.empty())
 
     def project_nonconvex_(self, vec: Vec) -> Vec:
@@ -211,17 +213,15 @@ class Oracle:
         return vec
 
     def delta_to(self, target: Vec) -> Vec:
-        """A new (pool) vector: the step whose move from the current point lands on
-        the feasible point ``target`` (see :meth:`~gameopt.Game.delta_to`)."""
+        """A new vector (the caller's): the step whose move from the current point lands on
+        the feasible point ``target``: ``target − w``, or the constraint's own
+        (``log target − log w`` for the entropic simplex)."""
         return self._context.moves.delta_to(self.params, target, out=self.empty())
 
     def scaled(self, vec: Vec, factors: Sequence[float]) -> Vec:
-        """A new (pool) vector: each player's part of ``vec`` times its factor."""
+        """A new vector (the caller's): each player's part of ``vec`` times its factor."""
         return self.layout.scale_(vec, factors, out=self.empty())
 
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor."""
         return self.layout.scale_(vec, factors)
-
-    def dot(self, a: Vec, b: Vec) -> Tensor:
-        return self.layout.dot(a, b)

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..buffer import links_intact
 from ..layout import JointLayout
-from ..player import Player, registries_intact
+from ..player import Player, RegistryWatch, registries_intact
 from ..updates import count_key
 from ..vec import Vec
 
@@ -43,8 +43,7 @@ class Watch:
         self.params = [q for p in players for b in p.buffers for q in b.params]
         self.ptrs = [q.data_ptr() for q in self.params]
         self.shapes = [q.shape for q in self.params]
-        watched = [p.registry_watch() for p in players]
-        self.registries = tuple([x for w in watched for x in w[k]] for k in range(7))  # every player's, joined
+        self.registries = RegistryWatch.joined([p.registry_watch() for p in players])
 
     def intact(self) -> bool:
         """Nothing moved: the same buffers, registrations, storage, shapes and flags
@@ -52,7 +51,7 @@ class Watch:
         return (
             all(map(operator.is_, map(_BUFFERS, self.players), self.buffers))
             and links_intact(self.params, self.ptrs, self.shapes)
-            and registries_intact(self.registries)  # type: ignore[arg-type]
+            and registries_intact(self.registries)
         )
 
 
