@@ -12,6 +12,7 @@ from games import GAMES, straight_and_resumed
 
 import gameopt
 from gameopt.autodiff.substitution import substituted
+from gameopt.testing import oracle
 
 
 def _blocks(tg, ws):
@@ -152,7 +153,7 @@ def test_linearization_products(game_name, raw, cross) -> None:
     ws = tg.params()
     J, H = _ho(tg, ws)
     D = J - H
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(cross=cross)
+    lin = oracle(game).linearize(cross=cross)
     assert (lin.cross is not None) == cross
     layout = game.layout
     g = torch.Generator().manual_seed(0)
@@ -280,10 +281,8 @@ def test_cgd_zero_sum_solver_matches_general_solver(kind) -> None:
 @pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
 def test_zero_sum_linearization_products(batched, raw) -> None:
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1), raw)
-    oracle = gameopt.game.Oracle(game._step_context, game.losses)
-    general = oracle.linearize()
-    oracle = gameopt.game.Oracle(game._step_context, game.losses)
-    zs = oracle.linearize(zero_sum=True, batched=batched)
+    general = oracle(game).linearize()
+    zs = oracle(game).linearize(zero_sum=True, batched=batched)
     assert isinstance(zs, gameopt.autodiff.ZeroSumLinearization)
     layout = game.layout
     g = torch.Generator().manual_seed(0)
@@ -328,8 +327,7 @@ def test_zero_sum_products_on_padded_layouts_and_last(align) -> None:
     if align is not None:
         players = [gameopt.Player(gen, align=align), gameopt.Player(disc, align=align)]
         game = gameopt.Game(players, game.losses, algorithm=gameopt.SimGD(0.1))
-    oracle = lambda: gameopt.game.Oracle(game._step_context, game.losses)  # noqa: E731
-    zs, general = oracle().linearize(zero_sum=True), oracle().linearize()
+    zs, general = oracle(game).linearize(zero_sum=True), oracle(game).linearize()
     assert all(game.layout.packed) == (align is None)  # padded: the copies into views
     g = torch.Generator().manual_seed(0)
     v = gameopt.Vec(torch.randn(t.shape, generator=g, dtype=t.dtype) for t in game.layout.data)
@@ -397,7 +395,7 @@ def _per_param(game, vec):
 
 
 def _general_products(game, cross=False, jvp=True):
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(cross=cross)
+    lin = oracle(game).linearize(cross=cross)
     g = torch.Generator().manual_seed(0)
     layout = game.layout
     v = layout.zeros()
@@ -458,7 +456,7 @@ def test_general_products_against_parameters_on_odd_layouts(cross) -> None:
     def xi(flat):
         values = torch.split(flat, [p.numel() for p in params])
         subs = {id(p): t.view(p.shape) for p, t in zip(params, values)}
-        with substituted(game._problem, subs):
+        with substituted(game.step_context.problem, subs):
             losses = game.losses()
         grads = []
         for i, loss in enumerate(losses):
@@ -495,7 +493,7 @@ def test_a_kept_linearization_does_not_pin_the_parameters(zero_sum) -> None:
     """A linearization kept alive (a traceback in a notebook, say) must not stop the
     modules from being fused again: its graph holds aliases, not the parameters."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
+    lin = oracle(game).linearize(zero_sum=zero_sum)
     modules = [p.module for p in game.players]
     other = gameopt.Game(modules, game.losses, algorithm=gameopt.SGA(0.1))  # fuses the modules again
     other.step()
@@ -530,10 +528,10 @@ def test_a_module_whose_parameter_dict_was_replaced_still_gets_its_aliases(zero_
     replaced by an equal one (same parameters, so the game sees nothing to re-fuse)
     must not leave the losses on the parameters themselves (ξ would miss them)."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    gameopt.game.Oracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
+    oracle(game).linearize(zero_sum=zero_sum)  # the aliases are made
     net = game.players[0].module.layers[0]
     net._parameters = dict(net._parameters)
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
+    lin = oracle(game).linearize(zero_sum=zero_sum)
     field = game.layout.from_per_player(game.vector_field())
     for a, b in zip(lin.xi, field):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
