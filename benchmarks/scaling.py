@@ -327,16 +327,9 @@ def _peer_step(name: str, params: list[Tensor], backward: Callable[[], None]) ->
 def count_kept_vectors(game: gameopt.Game) -> int:
     """Parameter-sized vectors the game holds between steps beyond parameters and
     gradients: its pool, the evaluation backup, and state vectors from elsewhere."""
-    from gameopt.state import tensors_in
+    from gameopt.testing import held_storages
 
-    n = game.layout.data[0].numel()
-    storages = {v[0].untyped_storage().data_ptr() for v in game._vectors._owned}
-    if game._moves.backup is not None:
-        storages.add(game._moves.backup[0].untyped_storage().data_ptr())
-    for t in tensors_in(game.algorithm_state):
-        if t.numel() == n:
-            storages.add(t.untyped_storage().data_ptr())
-    return len(storages)
+    return len(held_storages(game))
 
 
 def run_memory(args) -> list[dict]:  # type: ignore[no-untyped-def]

@@ -392,11 +392,11 @@ def krylov_product(pair: Pair, ours: bool) -> Callable[[], object]:
     """One product of CGD's zero-sum Schur complement (two Hessian-vector products
     through a kept graph): gameopt's operator (per-coordinate η) or the bare one."""
     from gameopt.algorithms.cgd import schur_operator
-    from gameopt.game import StepOracle
+    from gameopt.testing import oracle
 
     if ours:
         game = zero_sum_step(pair, lambda: gameopt.CGD(LR, zero_sum=True)).game  # type: ignore[attr-defined]
-        lin = StepOracle(game._step_context, functools.partial(game.losses, pair.x, pair.z)).linearize()
+        lin = oracle(game, pair.x, pair.z).linearize()
         views = game.layout.player_views
         eta = gameopt.Vec(torch.full_like(t, LR) for t in lin.xi)
         matvec = schur_operator(lin, gameopt.Vec(views(eta, 1)), gameopt.Vec(views(eta, 0)))[2]
@@ -498,7 +498,7 @@ def backward_passes(name: str, n_players: int) -> int:
     counting = Counting()
     Variable._execution_engine = counting
     try:
-        game._forward_mode.ok = True
+        game.step_context.problem.forward_mode.ok = True
         game.step()
     finally:
         Variable._execution_engine = engine

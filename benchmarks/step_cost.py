@@ -516,12 +516,15 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     ``Game.step`` timed alone, interleaved with the plain ξ (ratio = fraction of ξ).
 
     Uses gameopt internals (``autodiff.vector_field``, ``vec.all_finite``,
-    ``Game._refresh``, ``StepOracle``, ``Algorithm.descend``); a piece whose internals
-    changed is reported as unavailable.
+    ``Game._refresh``'s check ``Watch.intact``, ``Oracle``, ``Algorithm.descend``),
+    reached through ``game.step_context``; a piece whose internals changed is
+    reported as unavailable.
     """
+    import dataclasses
+
     from gameopt import autodiff
     from gameopt.game import StepOracle
-    from gameopt.state import tensors_in
+    from gameopt.game.relayout import Watch
     from gameopt.vec import all_finite
 
     pair = Pair(kind)
@@ -529,24 +532,24 @@ def breakdown(kind: str, rounds: int, target: float) -> list[Callable[[], Result
     step = gameopt_step(pair, GAMEOPT["gameopt SimGD"])
     game = step.game  # type: ignore[attr-defined]
     closure = functools.partial(game.losses, pair.x, pair.z)
-    oracle = StepOracle(game._step_context, closure)
+    context = game.step_context
+    oracle = StepOracle(context, closure)
+    # outside a step nothing returns the pool's vectors: this oracle's are fresh ones, freed when dropped
+    fresh = StepOracle(dataclasses.replace(context, take=game.layout.empty), closure)
+    watch = Watch(game.players)  # what Game._refresh checks
     alg = game.algorithm
     grads = game.layout.grad
     delta, _ = alg.descend(oracle, grads, game.algorithm_state["rule"])
     zero = [torch.zeros_like(t) for t in delta]
     pieces: dict[str, Callable[[], object]] = {
         "Game.step (SimGD), all of it": step,
-        "autodiff.vector_field (xi into flat grad)": lambda: autodiff.vector_field(game._problem, [0, 1], closure),
-        "Game._refresh (Watch.intact)": game._refresh,
-        "all_finite(xi)  [StepOracle.xi]": lambda: all_finite(grads),
+        "autodiff.vector_field (xi into flat grad)": lambda: autodiff.vector_field(context.problem, [0, 1], closure),
+        "Game._refresh (Watch.intact)": watch.intact,
+        "all_finite(xi)  [Oracle.xi]": lambda: all_finite(grads),
         "all_finite(delta)  [Game.step]": lambda: all_finite(list(delta)),
-        # outside a step nothing lets go of the vectors taken: let go after each call
-        "Algorithm.descend, out of place": lambda: (
-            alg.descend(oracle, grads, game.algorithm_state["rule"]),
-            game._vectors.keep_only(tensors_in(game.algorithm_state)),
-        ),
+        "Algorithm.descend, out of place": lambda: alg.descend(fresh, grads, game.algorithm_state["rule"]),
         "_foreach_add_(params, delta)": lambda: torch._foreach_add_(game.layout.data, zero),
-        "StepOracle(...) construction": lambda: StepOracle(game._step_context, closure),
+        "StepOracle(...) construction": lambda: StepOracle(context, closure),
     }
     return available(f"{kind} breakdown", "plain xi", xi, pieces, pair.describe(), rounds, target)
 
@@ -597,6 +600,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
     from gameopt.evaluation import StepLosses
     from gameopt.game import StepOracle
     from gameopt.game import game as game_module
+    from gameopt.game.relayout import Watch
     from gameopt.vec import all_finite
     from gameopt_players.matrix_games import matrix_game_losses
 
@@ -604,7 +608,8 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
     losses = matrix_game_losses(x, y, payoff)
     players = [gameopt.Player(x, name="x"), gameopt.Player(y, name="y")]
     game = gameopt.Game(players, losses, algorithm=gameopt.SimGD(0.0))
-    context, alg, layout = game._step_context, game.algorithm, game.layout
+    context, alg, layout = game.step_context, game.algorithm, game.layout
+    watch = Watch(game.players)  # what the step checks first
     views = [v for vs in context.problem.grad_views for v in vs]
     flat_grad, flat = layout.grad[0], layout.data[0]
 
@@ -640,7 +645,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
         return StepLosses(oracle.losses)
 
     def with_checks() -> object:
-        if not game._watch.intact():
+        if not watch.intact():
             raise RuntimeError("stale")
         oracle = StepOracle(context, losses, True)
         alg.check_groups()
@@ -648,7 +653,7 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
         old = game.algorithm_state
         delta, new = alg.update(oracle, old)
         game_module._check_update("SimGD", oracle, delta, new, old, layout)
-        game._moves.move(layout.data, delta, out=layout.data)
+        context.moves.move(layout.data, delta, out=layout.data)
         return StepLosses(oracle.losses)
 
     rows = {

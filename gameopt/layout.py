@@ -199,6 +199,11 @@ class StepVectors:
         """Whether any vector is out (taken since the last :meth:`keep_only`, or kept then)."""
         return bool(self._owned)
 
+    @property
+    def taken(self) -> list[Vec]:
+        """The vectors out (taken since the last :meth:`keep_only`, or kept then)."""
+        return list(self._owned)
+
     def keep_only(self, keep: Sequence[Tensor]) -> None:
         """Let go of every vector ``keep`` does not hold (filled with NaN first in
         debug mode, see :mod:`gameopt.debug`)."""

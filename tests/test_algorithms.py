@@ -7,172 +7,51 @@ import math
 import re
 import sys
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 import torch
-from games import GAMES, RefRule, assert_same_state, bilinear, ref_trajectory, straight_and_resumed
-from models import VecModule
+from games import GAMES, assert_same_state, bilinear
 
 import gameopt
+from gameopt.testing import (
+    ALGORITHMS,
+    GENERIC,
+    TWO_PLAYERS,
+    AlgoInfo,
+    check_all_or_nothing,
+    check_closed_form,
+    check_float32_tracks_float64,
+    check_resume,
+    learning_rates,
+    regularized_bilinear,
+)
 
-
-@dataclass
-class AlgoInfo:
-    """One row of the table of algorithms that drives the generic checks."""
-
-    name: str
-    make: Callable[[list[float]], gameopt.Algorithm]
-    ref: str  # key for ref_trajectory
-    ref_kw: dict
-    rule: Callable[[], RefRule] = RefRule
-
-
-ALGORITHMS = [
-    AlgoInfo("SimGD", lambda lr: gameopt.SimGD(lr), "simgd", {}),
-    AlgoInfo("AltGD", lambda lr: gameopt.AltGD(lr), "altgd", {}),
-    AlgoInfo("Extragradient", lambda lr: gameopt.Extragradient(lr), "eg", {}),
-    AlgoInfo(
-        "Extragradient-eta'",
-        lambda lr: gameopt.Extragradient(lr, extrapolation_lr=[x / 2 for x in lr]),
-        "eg",
-        {"extrapolation": 0.5},
-    ),
-    AlgoInfo("Optimistic", lambda lr: gameopt.Optimistic(lr), "optimistic", {}),
-    AlgoInfo(
-        "SimGD-momentum",
-        lambda lr: gameopt.SimGD(lr, update=gameopt.Momentum(0.5)),
-        "simgd",
-        {},
-        lambda: RefRule("momentum", momentum=0.5),
-    ),
-    AlgoInfo(
-        "SimGD-negative-momentum",
-        lambda lr: gameopt.SimGD(lr, update=gameopt.Momentum(-0.3)),
-        "simgd",
-        {},
-        lambda: RefRule("momentum", momentum=-0.3),
-    ),
-    AlgoInfo("AltGD-Adam", lambda lr: gameopt.AltGD(lr, update=gameopt.Adam()), "altgd", {}, lambda: RefRule("adam")),
-    AlgoInfo(
-        "ExtraAdam",
-        lambda lr: gameopt.Extragradient(lr, update=gameopt.Adam((0.5, 0.9))),
-        "eg",
-        {},
-        lambda: RefRule("adam", betas=(0.5, 0.9)),
-    ),
-    AlgoInfo(
-        "OptimisticAdam",
-        lambda lr: gameopt.Optimistic(lr, update=gameopt.Adam()),
-        "optimistic",
-        {},
-        lambda: RefRule("adam"),
-    ),
-    AlgoInfo(
-        "Lookahead",
-        lambda lr: gameopt.Lookahead(gameopt.SimGD(lr), k=3, alpha=0.5),
-        "lookahead",
-        {"k": 3, "alpha": 0.5},
-    ),
-    # averaging leaves the iterates alone: the base's closed form applies (the average: test_averaging.py)
-    AlgoInfo("Averaging-SimGD", lambda lr: gameopt.Averaging(gameopt.SimGD(lr), start=2), "simgd", {}),
-    AlgoInfo(
-        "Averaging-EMA-ExtraAdam",
-        lambda lr: gameopt.Averaging(gameopt.Extragradient(lr, update=gameopt.Adam((0.5, 0.9))), kind="ema", decay=0.9),
-        "eg",
-        {},
-        lambda: RefRule("adam", betas=(0.5, 0.9)),
-    ),
-    AlgoInfo(
-        "Averaging-Lookahead",
-        lambda lr: gameopt.Averaging(gameopt.Lookahead(gameopt.SimGD(lr), k=3, alpha=0.5), kind="ema", decay=0.5),
-        "lookahead",
-        {"k": 3, "alpha": 0.5},
-    ),
-    AlgoInfo("PastExtragradient", lambda lr: gameopt.PastExtragradient(lr), "peg", {}),
-    AlgoInfo(
-        "PastExtraAdam",
-        lambda lr: gameopt.PastExtragradient(lr, update=gameopt.Adam((0.5, 0.9))),
-        "peg",
-        {},
-        lambda: RefRule("adam", betas=(0.5, 0.9)),
-    ),
-    AlgoInfo(
-        "PastExtragradient-momentum",
-        lambda lr: gameopt.PastExtragradient(lr, update=gameopt.Momentum(0.5)),
-        "peg",
-        {},
-        lambda: RefRule("momentum", momentum=0.5),
-    ),
-    AlgoInfo("AnchoredExtragradient", lambda lr: gameopt.AnchoredExtragradient(lr), "eag", {}),
-]
 IDS = [a.name for a in ALGORITHMS]
-
-# second-order methods join the generic checks (their closed-form tests live in test_second_order.py)
-GENERIC = [
-    *ALGORITHMS,
-    AlgoInfo("HamiltonianGD", lambda lr: gameopt.HamiltonianGD(lr), "", {}),
-    AlgoInfo("Consensus-Adam", lambda lr: gameopt.ConsensusOptimization(lr, 0.5, update=gameopt.Adam()), "", {}),
-    AlgoInfo("SGA", lambda lr: gameopt.SGA(lr), "", {}),
-    AlgoInfo("CGD", lambda lr: gameopt.CGD(lr, tol=1e-6), "", {}),
-    AlgoInfo("LA", lambda lr: gameopt.LA(lr, alpha=0.3), "", {}),
-    AlgoInfo("LOLA", lambda lr: gameopt.LOLA(lr, alpha=0.3, update=gameopt.Momentum(0.5)), "", {}),
-    AlgoInfo("SOS", lambda lr: gameopt.SOS(lr, alpha=0.3), "", {}),
-    AlgoInfo("Lookahead-CGD", lambda lr: gameopt.Lookahead(gameopt.CGD(lr, tol=1e-6), k=2), "", {}),
-    AlgoInfo(
-        "Averaging-EMA-CGD", lambda lr: gameopt.Averaging(gameopt.CGD(lr, tol=1e-6), kind="ema", decay=0.5), "", {}
-    ),
-]
 GENERIC_IDS = [a.name for a in GENERIC]
-
-
-def _lrs(n: int) -> list[float]:
-    return [0.05 + 0.02 * i for i in range(n)]  # per-player learning rates
+_lrs = learning_rates  # per-player learning rates (tests/test_cuda.py imports it from here)
 
 
 @pytest.mark.parametrize("game_name", list(GAMES))
 @pytest.mark.parametrize("info", ALGORITHMS, ids=IDS)
 @pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
 def test_matches_closed_form(info: AlgoInfo, game_name: str, raw: bool) -> None:
-    tg = GAMES[game_name]()
-    lrs = _lrs(len(tg.init))
-    kw = dict(info.ref_kw)
-    if kw.pop("extrapolation", None):
-        kw["extrapolation_lrs"] = [x / 2 for x in lrs]
-    expected = ref_trajectory(tg, info.ref, lrs, 7, rule=info.rule(), **kw)
-    game = tg.build(info.make(lrs), raw=raw)
-    for t in range(7):
-        game.step()
-        for w, ref in zip(tg.params(), expected[t]):
-            torch.testing.assert_close(w, ref, rtol=1e-12, atol=1e-12, msg=f"step {t}")
+    check_closed_form(info, game_name, raw=raw, steps=7)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("info", GENERIC, ids=GENERIC_IDS)
 def test_resume_is_bit_exact(info: AlgoInfo, dtype: torch.dtype) -> None:
-    tg = GAMES["nonquadratic"]()
-    lrs = _lrs(3)
-    straight = straight_and_resumed(tg, lambda: info.make(lrs), steps=8, cut=4, dtype=dtype).straight
-    for a, b in zip(tg.params(), straight):
-        assert a.dtype == dtype
-        assert torch.equal(a, b)
+    check_resume(info, dtype, steps=8, cut=4)
 
 
 @pytest.mark.parametrize("info", GENERIC, ids=GENERIC_IDS)
 def test_float32_tracks_float64(info: AlgoInfo) -> None:
-    tg = GAMES["quadratic"]()
-    lrs = _lrs(3)
-    g64 = tg.build(info.make(lrs), dtype=torch.float64)
-    for _ in range(5):
-        g64.step()
-    w64 = tg.params()
-    g32 = tg.build(info.make(lrs), dtype=torch.float32)
-    for _ in range(5):
-        g32.step()
-    for a, b in zip(tg.params(), w64):
-        assert a.dtype == torch.float32
-        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)
+    check_float32_tracks_float64(info, steps=5)
+
+
+@pytest.mark.parametrize("info", GENERIC + TWO_PLAYERS, ids=GENERIC_IDS + [a.name for a in TWO_PLAYERS])
+def test_a_step_failing_at_any_evaluation_is_refused_whole(info: AlgoInfo) -> None:
+    check_all_or_nothing(info)
 
 
 def _distance(tg) -> float:
@@ -521,32 +400,11 @@ def _assert_state_keys(algo: gameopt.Algorithm, state: dict, when: str) -> None:
         _assert_state_keys(algo.base, state["base"], when)
 
 
-def _zero_sum_pair(algo: gameopt.Algorithm) -> gameopt.Game:
-    """min_x max_y xᵀAy + ½‖x‖² − ½‖y‖², as losses (f, −f) (−H_yy and ∇²_yy f₂ are I)."""
-    g = torch.Generator().manual_seed(3)
-    A = torch.randn(3, 3, generator=g, dtype=torch.float64)
-    x, y = (VecModule(torch.randn(3, generator=g, dtype=torch.float64)) for _ in range(2))
-
-    def losses():
-        f = x.w @ A @ y.w + 0.5 * x.w.dot(x.w) - 0.5 * y.w.dot(y.w)
-        return [f, -f]
-
-    return gameopt.Game([x, y], losses, algorithm=algo)
-
-
-TWO_PLAYERS = [
-    AlgoInfo("ACGD", lambda lr: gameopt.ACGD(lr), "", {}),
-    AlgoInfo("FollowTheRidge", lambda lr: gameopt.FollowTheRidge(lr), "", {}),
-    AlgoInfo("Stackelberg", lambda lr: gameopt.Stackelberg(lr), "", {}),
-    AlgoInfo("CGD-zero-sum", lambda lr: gameopt.CGD(lr, zero_sum=True), "", {}),
-]
-
-
 @pytest.mark.parametrize("info", GENERIC + TWO_PLAYERS, ids=GENERIC_IDS + [a.name for a in TWO_PLAYERS])
 def test_the_state_has_the_keys_of_its_typed_dict(info: AlgoInfo) -> None:
     if info in TWO_PLAYERS:
         algo = info.make(_lrs(2))
-        game = _zero_sum_pair(algo)
+        game = regularized_bilinear().build(algo)  # min_x max_y xᵀAy + ½‖x‖² − ½‖y‖²
     else:
         algo = info.make(_lrs(3))
         game = GAMES["nonquadratic"]().build(algo)

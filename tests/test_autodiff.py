@@ -128,7 +128,7 @@ def test_jacobian_products_through_gan_layers(case) -> None:
     ho_v = game.linearize().offdiag_jvp(game.layout.from_per_player(v))
     torch.testing.assert_close(torch.cat(game.layout.per_player(ho_v)), Ho @ flat_v, rtol=1e-5, atol=1e-6)
     # the double-backward fallback agrees with forward mode
-    game._forward_mode.ok = False
+    game.step_context.problem.forward_mode.ok = False  # the double-backward fallback from now on
     torch.testing.assert_close(torch.cat(game.jvp(v)), jv, rtol=1e-10, atol=1e-12)
 
 
@@ -242,7 +242,7 @@ def test_first_order_through_grad_writes_the_bits_of_the_captured_copy(monkeypat
         game = gameopt.Game(players, losses)
         for i in range(len(players)):
             game.layout.player_views(game.layout.grad, i)[0].fill_(float("nan"))  # stale contents
-        autodiff.vector_field(game._problem, [0, 1], losses, scale)
+        autodiff.vector_field(game.step_context.problem, [0, 1], losses, scale)
         fields.append([game.layout.grad[0].clone()])
         for player in game.players:
             assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
@@ -277,7 +277,7 @@ def test_first_order_a_loss_without_its_parameters_is_a_loss_error_and_links_sta
         players = [gameopt.Player(a, name="a"), gameopt.Player(b, name="b")]
         game = gameopt.Game(players, lambda second=second: [b(a(x)).sum(), second(a(x))])
         with pytest.raises(LossError, match="player 'b' does not depend"):
-            autodiff.vector_field(game._problem, [0, 1], game.losses)
+            autodiff.vector_field(game.step_context.problem, [0, 1], game.losses)
         for player in game.players:
             assert all(p.grad is v for p, v in zip(player.parameters, player.grad_views()))
 

@@ -106,6 +106,7 @@ def test_players_other_parts_are_nan_in_debug_mode() -> None:
         assert game.algorithm.seen == [True, False, True]
 
 
+@pytest.mark.slow
 def test_debug_mode_is_off_by_default_and_on_with_the_environment_variable() -> None:
     code = "import gameopt; print(gameopt.debug.enabled())"
     env = {k: v for k, v in __import__("os").environ.items() if k != "GAMEOPT_DEBUG"}

@@ -167,6 +167,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     Path(out).write_text(json.dumps(results))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_data_parallel_game(tmp_path, world) -> None:
     port = _free_port()
@@ -206,6 +207,7 @@ def _worker_entry(rank: int, world: int, port: int, tmp: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.slow
 @pytest.mark.trajectory
 def test_torchrun_mixture_gan_matches_one_process(tmp_path) -> None:
     """The documented launch: torchrun --nproc_per_node=2 -m experiments.mixture_gan --distributed.
@@ -239,6 +241,7 @@ def test_torchrun_mixture_gan_matches_one_process(tmp_path) -> None:
         assert abs(float(ra[2]) - float(rb[2])) <= 0.2, (ra, rb)  # high-quality %: 5 samples of 2500
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_makes_the_others_fail_within_the_timeout(tmp_path) -> None:
     """SIGSTOP one of two ranks mid-run: the other gives up after --timeout seconds
     with a one-line error naming it (it used to wait forever). The ranks are

@@ -123,7 +123,7 @@ def test_sga_forward_mode_product_sees_the_same_dropout_mask_as_xi() -> None:
     for forward_mode in (True, False):
         gen, disc, losses, _, _ = _dcgan(seed=1)
         game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SGA(0.05))
-        game._forward_mode.ok = forward_mode
+        game.step_context.problem.forward_mode.ok = forward_mode
         game.step()
         steps[forward_mode] = [t.clone() for t in game.layout.data]
     for a, b in zip(steps[True], steps[False]):
@@ -219,7 +219,7 @@ def test_an_error_in_any_evaluation_propagates_and_changes_nothing(name, call) -
     after = game.state_dict()
     assert torch.equal(torch.get_rng_state(), rng) or call == 2
     assert_same_state(after, before)
-    assert game._forward_mode.ok
+    assert game.step_context.problem.forward_mode.ok
 
 
 def test_players_own_losses_receive_the_step_arguments() -> None:

@@ -50,6 +50,7 @@ KILLABLE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, args, rows", KILLABLE, ids=[k[0] for k in KILLABLE])
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, module, args, rows) -> None:
     straight, killed = tmp_path / "straight", tmp_path / "killed"
@@ -172,6 +173,7 @@ def test_resume_refuses_a_checkpoint_past_steps(tmp_path, capsys) -> None:
     assert _bilinear(capsys, "--steps", "20", "--out", str(out), "--resume")[0] == 0  # nothing left to do
 
 
+@pytest.mark.slow
 def test_one_run_per_folder_and_a_killed_runs_lock_is_taken_over(tmp_path, capsys) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "experiments.bilinear", "--steps", "10000000", "--checkpoint-every", "500"]
@@ -199,6 +201,7 @@ def test_one_run_per_folder_and_a_killed_runs_lock_is_taken_over(tmp_path, capsy
     assert (out / "metrics.csv").read_text().count("\n") == step + 1
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_the_run_in_one_line_and_keeps_the_last_checkpoint(tmp_path, capsys) -> None:
     """A file-size limit (as a full disk) stops the third checkpoint's write."""
     import resource
@@ -301,6 +304,7 @@ def test_atomic_save_never_leaves_a_partial_file(tmp_path, monkeypatch) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_bilinear_smoke_and_help(tmp_path) -> None:
     res = _run("experiments.bilinear", "--help")
     assert res.returncode == 0 and "--algorithm" in res.stdout

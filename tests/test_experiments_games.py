@@ -52,6 +52,7 @@ SMOKE = [
 ]
 
 
+@pytest.mark.slow
 def test_smoke_runs(tmp_path) -> None:
     """A few steps of each experiment from the command line (all at once, to save time)."""
     procs = []

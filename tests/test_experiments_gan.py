@@ -29,6 +29,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_help() -> None:
     for module in ("experiments.mixture_gan", "experiments.digits_gan"):
         res = _run(module, "--help")
@@ -39,6 +40,7 @@ def test_help() -> None:
             assert "--timeout SECONDS" in res.stdout and "torchrun" in res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "dataset, algorithm, hp",
     [("ring", "extraadam", []), ("grid", "consensus", ["--hp", "update=adam", "--hp", "gamma=0.1"])],
@@ -81,6 +83,7 @@ def test_mixture_gan_bad_values_give_one_line_and_exit_2(tmp_path, capsys, args,
     assert torch.get_num_threads() == threads  # refused before touching anything global
 
 
+@pytest.mark.slow
 def test_digits_gan_smoke(tmp_path) -> None:
     out = tmp_path / "d"
     res = _run(
@@ -98,6 +101,7 @@ def test_digits_gan_smoke(tmp_path) -> None:
     assert 0 <= summary["classes"] <= 10
 
 
+@pytest.mark.slow
 def test_digits_gan_without_scikit_learn_says_so_in_one_line(tmp_path) -> None:
     fake = tmp_path / "fake" / "sklearn"
     fake.mkdir(parents=True)

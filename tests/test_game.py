@@ -40,7 +40,7 @@ def test_jvp_double_backward_fallback_matches_forward_mode() -> None:
     game = tg.build(gameopt.SimGD(0.1))
     v = tuple(torch.randn(2, dtype=torch.float64) for _ in range(3))
     forward = _flat(game.jvp(v))
-    game._forward_mode.ok = False
+    game.step_context.problem.forward_mode.ok = False  # the double-backward fallback from now on
     torch.testing.assert_close(_flat(game.jvp(v)), forward, rtol=1e-12, atol=1e-12)
 
 

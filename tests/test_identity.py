@@ -355,7 +355,7 @@ def test_distributed_data_parallel_is_refused_naming_the_unwrapped_module(world_
     game.step()
 
 
-def test_a_deep_copy_of_a_data_parallel_game_averages_over_the_same_group(world_of_one) -> None:
+def test_a_deep_copy_of_a_data_parallel_game_averages_over_the_same_group(world_of_one, monkeypatch) -> None:
     gen, disc = gan_mlps(width=4)
 
     def losses(x, z):
@@ -364,8 +364,10 @@ def test_a_deep_copy_of_a_data_parallel_game_averages_over_the_same_group(world_
 
     game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SimGD(0.1), process_group=world_of_one)
     twin = copy.deepcopy(game)
-    assert twin._parallel is game._parallel
+    groups, all_reduce = [], dist.all_reduce
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: groups.append(k.get("group")) or all_reduce(t, *a, **k))
     for x, z in _batches(2, seed=4):
         twin.step(x, z)
+        assert groups and all(g is world_of_one for g in groups)  # the copy averages over the group itself
         game.step(x, z)
     assert_same_state(twin.state_dict(), game.state_dict())

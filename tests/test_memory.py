@@ -10,6 +10,7 @@ from games import GAMES
 
 import gameopt
 from gameopt.state import tensors_in
+from gameopt.testing import held_storages
 
 # method -> (algorithm, joint vectors it keeps between steps beyond parameters and gradients)
 KEPT = {
@@ -28,17 +29,10 @@ KEPT = {
 }
 
 
-def kept_storages(game: gameopt.Game) -> set[int]:
-    """Storages of the joint vectors the game holds between steps, beyond parameters
-    and gradients: the algorithm state's (a wrapper's holds its base's), the pool's and
-    the evaluation backup."""
-    n = game.layout.data[0].numel()
-    own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
-    held = [t for t in tensors_in(game.algorithm_state) if t.numel() == n]
-    held += [v[0] for v in game._vectors._owned]
-    if game._moves.backup is not None:
-        held += list(game._moves.backup)
-    return {t.untyped_storage().data_ptr() for t in held} - own
+#: storages of the joint vectors the game holds between steps, beyond parameters and
+#: gradients: the algorithm state's (a wrapper's holds its base's), the pool's and the
+#: evaluation backup
+kept_storages = held_storages
 
 
 @pytest.mark.parametrize("name", list(KEPT))
@@ -49,7 +43,7 @@ def test_a_warm_step_keeps_only_the_state_its_method_needs(name) -> None:
         game.step()
         assert len(kept_storages(game)) == expected
         state = {t.untyped_storage().data_ptr() for t in tensors_in(game.algorithm_state)}
-        assert all(v[0].untyped_storage().data_ptr() in state for v in game._vectors._owned)
+        assert all(v[0].untyped_storage().data_ptr() in state for v in game.scratch_vectors)
 
 
 def _clone(state: dict) -> dict:

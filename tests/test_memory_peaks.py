@@ -12,7 +12,7 @@ from games import GAMES
 
 import gameopt
 import gameopt.updates
-from gameopt.state import tensors_in
+from gameopt.testing import held_storages
 
 # method -> (algorithm, joint vectors alive during the second evaluation beyond parameters and gradients)
 SECOND_EVALUATION = {
@@ -28,14 +28,7 @@ SECOND_EVALUATION = {
 }
 
 
-def _held(game: gameopt.Game) -> set[int]:
-    n = game.layout.data[0].numel()
-    own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
-    held = [t for t in tensors_in(game.algorithm_state) if t.numel() == n]
-    held += [v[0] for v in game._vectors._owned]
-    if game._moves.backup is not None:
-        held += list(game._moves.backup)
-    return {t.untyped_storage().data_ptr() for t in held} - own
+_held = held_storages  # the state's joint vectors, the pool's and the point's backup
 
 
 @pytest.mark.parametrize("name", list(SECOND_EVALUATION))

@@ -32,6 +32,7 @@ def _check(result: subprocess.CompletedProcess) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_import_gameopt_loads_neither_scipy_nor_matplotlib(tmp_path) -> None:
     out = _check(
         _run(
@@ -52,6 +53,7 @@ def test_import_gameopt_loads_neither_scipy_nor_matplotlib(tmp_path) -> None:
     assert out.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_players_package_is_installed_with_gameopt(tmp_path) -> None:
     out = _check(
         _run(
@@ -77,6 +79,7 @@ def _readme_python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.slow
 def test_readme_first_snippet_runs_from_any_folder(tmp_path) -> None:
     """The quick start runs as pasted (its own data), here with 2 of its 500 steps."""
     snippet = _readme_python_blocks()[0]

@@ -12,6 +12,7 @@ from games import GAMES, straight_and_resumed
 
 import gameopt
 from gameopt.autodiff.substitution import substituted
+from gameopt.testing import oracle
 
 
 def _blocks(tg, ws):
@@ -151,7 +152,7 @@ def test_linearization_products(game_name, raw, cross) -> None:
     game = tg.build(gameopt.SimGD(0.1), raw=raw)
     ws = tg.params()
     J, H = _ho(tg, ws)
-    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(cross=cross)
+    lin = oracle(game).linearize(cross=cross)
     assert (lin.cross is not None) == cross
     layout = game.layout
     g = torch.Generator().manual_seed(0)
@@ -277,10 +278,8 @@ def test_cgd_zero_sum_solver_matches_general_solver(kind) -> None:
 @pytest.mark.parametrize("raw", [False, True], ids=["module", "params"])
 def test_zero_sum_linearization_products(batched, raw) -> None:
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1), raw)
-    oracle = gameopt.game.StepOracle(game._step_context, game.losses)
-    general = oracle.linearize()
-    oracle = gameopt.game.StepOracle(game._step_context, game.losses)
-    zs = oracle.linearize(zero_sum=True, batched=batched)
+    general = oracle(game).linearize()
+    zs = oracle(game).linearize(zero_sum=True, batched=batched)
     assert isinstance(zs, gameopt.autodiff.ZeroSumLinearization)
     layout = game.layout
     g = torch.Generator().manual_seed(0)
@@ -325,8 +324,7 @@ def test_zero_sum_products_on_padded_layouts_and_last(align) -> None:
     if align is not None:
         players = [gameopt.Player(gen, align=align), gameopt.Player(disc, align=align)]
         game = gameopt.Game(players, game.losses, algorithm=gameopt.SimGD(0.1))
-    oracle = lambda: gameopt.game.StepOracle(game._step_context, game.losses)  # noqa: E731
-    zs, general = oracle().linearize(zero_sum=True), oracle().linearize()
+    zs, general = oracle(game).linearize(zero_sum=True), oracle(game).linearize()
     assert all(game.layout.packed) == (align is None)  # padded: the copies into views
     g = torch.Generator().manual_seed(0)
     v = gameopt.Vec(torch.randn(t.shape, generator=g, dtype=t.dtype) for t in game.layout.data)
@@ -394,7 +392,7 @@ def _per_param(game, vec):
 
 
 def _general_products(game, cross=False, jvp=True):
-    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(cross=cross)
+    lin = oracle(game).linearize(cross=cross)
     g = torch.Generator().manual_seed(0)
     layout = game.layout
     v = layout.zeros()
@@ -453,7 +451,7 @@ def test_general_products_against_parameters_on_odd_layouts(cross) -> None:
     def xi(flat):
         values = torch.split(flat, [p.numel() for p in params])
         subs = {id(p): t.view(p.shape) for p, t in zip(params, values)}
-        with substituted(game._problem, subs):
+        with substituted(game.step_context.problem, subs):
             losses = game.losses()
         grads = []
         for i, loss in enumerate(losses):
@@ -490,7 +488,7 @@ def test_a_kept_linearization_does_not_pin_the_parameters(zero_sum) -> None:
     """A linearization kept alive (a traceback in a notebook, say) must not stop the
     modules from being fused again: its graph holds aliases, not the parameters."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
+    lin = oracle(game).linearize(zero_sum=zero_sum)
     modules = [p.module for p in game.players]
     other = gameopt.Game(modules, game.losses, algorithm=gameopt.SGA(0.1))  # fuses the modules again
     other.step()
@@ -525,10 +523,10 @@ def test_a_module_whose_parameter_dict_was_replaced_still_gets_its_aliases(zero_
     replaced by an equal one (same parameters, so the game sees nothing to re-fuse)
     must not leave the losses on the parameters themselves (ξ would miss them)."""
     game, _ = _zero_sum_game("gan", gameopt.SimGD(0.1))
-    gameopt.game.StepOracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)  # the aliases are made
+    oracle(game).linearize(zero_sum=zero_sum)  # the aliases are made
     net = game.players[0].module.layers[0]
     net._parameters = dict(net._parameters)
-    lin = gameopt.game.StepOracle(game._step_context, game.losses).linearize(zero_sum=zero_sum)
+    lin = oracle(game).linearize(zero_sum=zero_sum)
     field = game.layout.from_per_player(game.vector_field())
     for a, b in zip(lin.xi, field):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
@@ -582,7 +580,7 @@ def test_vjp_jvp_equals_the_separate_products_and_the_dense_jacobian(kw) -> None
     parameter, J against the dense Jacobian of ξ; and the graph stays for later products."""
     game = _odd_game(**kw)
     _, v = _general_products(_odd_game(**kw), jvp=False)
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize()
+    lin = oracle(game).linearize()
     per = functools.partial(_per_param, game)
     jt, j = map(per, lin.vjp_jvp(v))
     close = functools.partial(torch.testing.assert_close, rtol=1e-12, atol=1e-13)
@@ -602,7 +600,7 @@ def test_vjp_jvp_against_the_closed_form_jacobian(game_name) -> None:
     tg = GAMES[game_name]()
     game = tg.build(gameopt.SimGD(0.1))
     J = tg.jac_ref(tg.params())
-    lin = gameopt.game.Oracle(game._step_context, game.losses).linearize()
+    lin = oracle(game).linearize()
     jt, j = lin.vjp_jvp(lin.xi)
     xi = torch.cat(tg.xi_ref(tg.params()))
     flat = lambda vec: torch.cat(  # noqa: E731

@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -218,6 +219,7 @@ def test_compiled_original_sees_through_torch_compile():
     assert tc.compiled_original(torch.compile(m, backend="eager")) is m
 
 
+@pytest.mark.slow
 def test_the_suite_passes_on_the_public_fallbacks():
     """Engine, foreach kernels, flattening and buffer names through their public
     fallbacks (GAMEOPT_TORCH_PUBLIC=1): the closed-form iterates, the products and the

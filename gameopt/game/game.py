@@ -652,6 +652,27 @@ class Game:
                 state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale
             )
 
+    # ------------------------------------------- read only: for tests and tools
+    @property
+    def step_context(self) -> StepContext:
+        """All that an :class:`~gameopt.game.Oracle` sees of this game, for its current
+        layout: ``StepOracle(game.step_context, closure)`` is the oracle a step hands its
+        algorithm (``gameopt.testing.oracle(game)`` builds one), and its ``problem``
+        is what :mod:`gameopt.autodiff` sees of the game. For tests of an algorithm's
+        pieces and of autodiff, and for tools that time them; a re-layout (a player
+        changed) replaces it."""
+        return self._step_context
+
+    @property
+    def scratch_vectors(self) -> list[Vec]:
+        """The joint vectors the game holds for its algorithm's steps besides the
+        parameters and gradients: those its algorithm took from the game
+        (``oracle.empty()`` and the oracle's other new vectors; between steps, only
+        those ``algorithm_state`` holds), and while a step evaluates away from its
+        point, the copy of that point. For memory checks (``gameopt.testing.held_storages``)."""
+        backup = self._moves.backup
+        return [*self._vectors.taken, *([backup] if backup is not None else [])]
+
     def __repr__(self) -> str:
         names = ", ".join(p.name for p in self.players)
         return f"Game([{names}], algorithm={self.algorithm!r})"
