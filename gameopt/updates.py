@@ -38,6 +38,8 @@ from .vec import Vec
 
 State = dict[str, Any]
 Empty = Callable[[], list[Tensor]]
+#: player i's views of a joint vector (``layout.player_views(vec, i)``)
+Views = Callable[[list[Tensor]], list[Tensor]]
 
 
 def next_count(t: int | list[Tensor]) -> int | Vec:
@@ -180,6 +182,25 @@ class UpdateRule:
     def for_player(self, i: int) -> UpdateRule:
         """The rule player ``i`` steps with (this one; a :class:`~gameopt.updates.PerPlayer` has one each)."""
         return self
+
+    def part(self, state: State, i: int, views: Views) -> State:
+        """Player ``i``'s part of ``state``: the state of ``self.for_player(i)`` on player
+        i's part of the vectors, each joint vector seen through ``views`` (player i's
+        views of a joint vector, ``layout.player_views(vec, i)``), numbers as they are."""
+        return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
+
+    def with_part(self, state: State, i: int, part: State, views: Views, own_state: bool = False) -> State:
+        """``state`` with player ``i``'s part replaced by ``part`` (the new state
+        ``self.for_player(i)`` returned for :meth:`part`): a copy, ``state`` left as it
+        is; with ``own_state`` (``state`` is the caller's, not the committed state),
+        ``state`` itself, updated in place."""
+        out = state if own_state else {k: Vec(v).clone() if isinstance(v, list) else v for k, v in state.items()}
+        for k, v in part.items():
+            if isinstance(v, list):
+                Vec(views(out[k])).copy_(v)
+            else:
+                out[k] = v
+        return out
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -496,34 +517,27 @@ class PerPlayer(UpdateRule):
         new = []
         for i, (rule, st) in enumerate(zip(self.rules, state["players"])):
             views = functools.partial(self._views, i=i)
-            o, st_i = apply(rule, views(d), _part_of(st, views))
+            o, st_i = apply(rule, views(d), rule.part(st, i, views))
             for dst, src in zip(views(out), o):
                 if dst is not src:
                     dst.copy_(src)
-            new.append(_with_part(st, st_i, views))
+            new.append(rule.with_part(st, i, st_i, views))
         return out, {"players": new}
+
+    def part(self, state: State, i: int, views: Views) -> State:
+        """Player ``i``'s part of its own rule's state (its rule's :meth:`~UpdateRule.part`)."""
+        return self.rules[i].part(state["players"][i], i, views)
+
+    def with_part(self, state: State, i: int, part: State, views: Views, own_state: bool = False) -> State:
+        """``state`` with player ``i``'s rule's state holding ``part`` in player i's
+        part: that one state a copy (it may still be the committed one's), the others
+        shared; with ``own_state``, ``state`` itself, updated in place."""
+        players = state["players"] if own_state else list(state["players"])
+        players[i] = self.rules[i].with_part(players[i], i, part, views)
+        return state if own_state else {"players": players}
 
     def __repr__(self) -> str:
         return f"PerPlayer({self.rules!r})"
-
-
-def _part_of(state: State, views: Callable[[list[Tensor]], list[Tensor]]) -> State:
-    """A rule's joint state seen through one player's views (numbers as they are)."""
-    return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
-
-
-def _with_part(state: State, part: State, views: Callable[[list[Tensor]], list[Tensor]]) -> State:
-    """A copy of the joint ``state`` with one player's part replaced by ``part``."""
-    out: State = {}
-    for k, v in state.items():
-        if isinstance(v, list):
-            full = Vec(t.clone() for t in v)
-            for dst, src in zip(views(full), part[k]):
-                dst.copy_(src)
-            out[k] = full
-        else:
-            out[k] = part[k]
-    return out
 
 
 def rule_from(update: UpdateRule | Sequence[UpdateRule] | None) -> UpdateRule:

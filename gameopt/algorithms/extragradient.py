@@ -7,13 +7,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .. import _torch_compat as tc
-from ..updates import UpdateRule, apply, next_count, stepped
-from .api import DescentState, OptimisticState
-from .base import Algorithm, Setting
+from .api import (
+    Algorithm,
+    DescentState,
+    OptimisticState,
+    Setting,
+    UpdateRule,
+    Vec,
+    apply_rule,
+    next_count,
+    owned,
+    stepped,
+)
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import GameView, Oracle
 
 
@@ -107,10 +114,8 @@ class Optimistic(Algorithm[OptimisticState]):
 
     def update(self, oracle: Oracle, state: OptimisticState) -> tuple[Vec, OptimisticState]:
         xi = oracle.xi()
-        out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
-        if out is xi:  # the gradient buffer: the next step's previous direction is a copy
-            out = oracle.empty()
-            tc.foreach_copy_(out, xi)
+        out, rule_state = apply_rule(self.rule, xi, state["rule"], oracle.empty, scratch=True)
+        out = owned(oracle, out, borrowed=xi)  # the next step's previous direction
         t = state["t"]  # one count, or one per element once parameters joined later
         delta = xi  # read by now: the gradient buffer takes the step
         for g, (d, p, o) in enumerate(zip(delta, state["prev"], out)):

@@ -7,12 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..updates import UpdateRule
-from .api import DescentState
-from .base import Algorithm, Hyper, Setting
+from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import Oracle
 
 SIGN_NORMALIZERS = ("dimension", "tensors")
@@ -86,10 +83,7 @@ class SGA(Algorithm[DescentState]):
         a_xi = (jt_xi - j_xi) * 0.5
         lam = self.lam
         if self.align:
-            if self.sign_normalizer == "dimension":
-                n = oracle.layout.num_elements
-            else:
-                n = sum(len(e.buffer.params) for e in oracle.layout.entries)
+            n = oracle.layout.num_elements if self.sign_normalizer == "dimension" else oracle.layout.num_tensors
             score = xi.dot(jt_xi) * a_xi.dot(jt_xi) / n + self.eps
             direction = xi + a_xi * (abs(lam) * torch.sign(score))
         else:
