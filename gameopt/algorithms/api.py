@@ -27,7 +27,11 @@ What it holds (each name documented where it is defined):
   composes with (``self.descend`` applies one) and their state, with their declared
   capabilities (``memory_flags``; the optional ``extrapolate``/``resume``;
   :class:`gameopt.UpdateRule`), and ``apply_rule``, which calls a rule with the
-  memory flags it declares (:func:`gameopt.updates.apply`);
+  memory flags it declares (:func:`gameopt.updates.apply`). A rule owns its state:
+  it declares its step counts (``counts``) and may override how the state follows
+  the parameters into a new layout (``carry``, given a ``Carry``:
+  :class:`gameopt.state.Carry`) and how a checkpoint's is checked
+  (``check_loaded``); ``rule.part``/``rule.with_part`` are one player's part of it;
 * ``FeasibleSet`` and ``Constraint``: the contract of a player's feasible set
   (:class:`gameopt.constraints.FeasibleSet`, :class:`gameopt.constraints.Constraint`),
   and ``as_constraint`` (:func:`gameopt.constraints.as_constraint`);
@@ -63,6 +67,7 @@ from ..evaluation import check_zero_sum
 from ..linalg import BreakdownError, MatVec, cg, gmres
 from ..protocols import GameView, Linearization
 from ..protocols import OracleInterface as Oracle
+from ..state import Carry
 from ..updates import State as RuleState
 from ..updates import UpdateRule, next_count, stepped
 from ..updates import apply as apply_rule
@@ -76,6 +81,7 @@ __all__ = [
     "AveragingState",
     "BreakdownError",
     "CGDState",
+    "Carry",
     "Constraint",
     "DescentState",
     "FeasibleSet",

@@ -153,6 +153,7 @@ class ACGD(Algorithm[ACGDState]):
     """
 
     first_order = False
+    counts = {"t": "v"}
     beta = Hyper(low=0.0, high=1.0, high_open=True)
     eps = Setting.number(low=0.0, low_open=True)
     tol = Setting.number(low=0.0)

@@ -84,7 +84,7 @@ class Optimistic(Algorithm[OptimisticState]):
 
     with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent
     (also a parameter's first step after it joined a running game: its step count
-    is its own, see ``gameopt.updates.count_key``).
+    is its own: ``counts``).
     With ``update=Adam()`` this is Optimistic Adam. One evaluation per step; the
     previous direction is kept in the state.
 
@@ -103,6 +103,7 @@ class Optimistic(Algorithm[OptimisticState]):
     """
 
     evaluates_once = True
+    counts = {"t": "prev"}
 
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
