@@ -37,6 +37,21 @@ __all__ = [
     "engine_run_backward",
     "engine_on_caller",
     "flatten_dense",
+    "foreach_add",
+    "foreach_add_",
+    "foreach_addcmul_",
+    "foreach_copy_",
+    "foreach_div",
+    "foreach_div_",
+    "foreach_lerp_",
+    "foreach_mul",
+    "foreach_mul_",
+    "foreach_neg",
+    "foreach_reciprocal",
+    "foreach_sqrt",
+    "foreach_sub",
+    "foreach_sub_",
+    "foreach_zero_",
     "make_dual",
     "mkldnn_disabled",
     "optimizer_step_unobserved",
@@ -70,25 +85,27 @@ def _looped(method: str) -> Callable[..., Any]:
     return apply
 
 
-_FOREACH = (
-    "add",
-    "add_",
-    "addcmul_",
-    "copy_",
-    "div_",
-    "lerp_",
-    "mul_",
-    "neg",
-    "reciprocal",
-    "sqrt",
-    "sub_",
-    "zero_",
-)
-for _name in _FOREACH:
-    _kernel = getattr(torch, f"_foreach_{_name}", None)
-    globals()[f"foreach_{_name}"] = _kernel if _kernel is not None and not PUBLIC_ONLY else _looped(_name)
-    __all__.append(f"foreach_{_name}")
-del _name, _kernel
+def _foreach(name: str) -> Callable[..., Any]:
+    """``torch._foreach_<name>``, or its public fallback (:func:`_looped`)."""
+    kernel = getattr(torch, f"_foreach_{name}", None)
+    return kernel if kernel is not None and not PUBLIC_ONLY else _looped(name)
+
+
+foreach_add = _foreach("add")
+foreach_add_ = _foreach("add_")
+foreach_addcmul_ = _foreach("addcmul_")
+foreach_copy_ = _foreach("copy_")
+foreach_div = _foreach("div")
+foreach_div_ = _foreach("div_")
+foreach_lerp_ = _foreach("lerp_")
+foreach_mul = _foreach("mul")
+foreach_mul_ = _foreach("mul_")
+foreach_neg = _foreach("neg")
+foreach_reciprocal = _foreach("reciprocal")
+foreach_sqrt = _foreach("sqrt")
+foreach_sub = _foreach("sub")
+foreach_sub_ = _foreach("sub_")
+foreach_zero_ = _foreach("zero_")
 
 
 # --------------------------------------------------------------- autograd's engine

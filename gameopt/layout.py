@@ -66,6 +66,7 @@ class JointLayout:
             len(sizes) == len(where) and all(seg.contiguous for _, _, seg in where) for sizes, where in self._splits
         ]
         self.num_elements = sum(e.buffer.num_elements for e in self.entries)
+        self.num_tensors = sum(len(e.buffer.params) for e in self.entries)
         # no padding anywhere: writing every entry of a vector defines all of it
         self.dense = all(
             sum(e.stop - e.start for e in es) == t.numel() for es, t in zip(self._group_entries, self.data)

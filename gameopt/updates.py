@@ -20,44 +20,44 @@ extrapolation: a rule may keep a smaller memo than that state meanwhile (Adam on
 vectors keeps ``d``, one vector, not its two new moments).
 
 The learning rate is applied by the algorithm afterwards: ``w ← w − η · out``.
+
+Each rule owns its state, typed by a ``TypedDict`` (:class:`AdamState`, ...): what
+it holds, how it follows the parameters when the players' layout changes
+(:meth:`UpdateRule.carry`) and how a checkpoint's is checked
+(:meth:`UpdateRule.check_loaded`); the game and the checkpoints ask the rule, and
+never read its keys.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from .checks import check_number
 from .settings import Setting
+from .state import Carry, check_counts, check_like, check_loaded
 from .vec import Vec
 
+#: any rule's state as the algorithms and checkpoints see it, a dict
 State = dict[str, Any]
-Empty = Callable[[], list[Tensor]]
+#: a rule's state, typed per rule (a ``TypedDict`` such as :class:`AdamState`)
+RS = TypeVar("RS")
+Empty = Callable[[], Vec]
+#: player i's views of a joint vector (``layout.player_views(vec, i)``)
+Views = Callable[[list[Tensor]], list[Tensor]]
 
 
 def next_count(t: int | list[Tensor]) -> int | Vec:
     """A step count after one more step: one number for all elements, or (once
-    parameters joined at different steps) one per element, a joint vector (a state
-    with a step count ``"t"`` beside a joint vector gets one per element when a
-    parameter joins: see ``gameopt.game.relayout.carry``)."""
+    parameters joined at different steps) one per element, a joint vector (a count
+    its owner declares in ``counts`` becomes one per element when a parameter joins:
+    see :meth:`UpdateRule.carry`)."""
     return t + 1 if isinstance(t, int) else Vec(c + 1 for c in t)
-
-
-def count_key(state: Any) -> str | None:
-    """The key of the joint vector whose elements a state's step count ``"t"`` counts:
-    the first joint vector (:class:`~gameopt.vec.Vec`) beside it (Adam's ``m``, NuPI's
-    ``e``, Optimistic's ``prev``); None for a state without both. Such a count becomes
-    one per element, a joint vector like that one, once a parameter joins a running
-    game (``gameopt.game.relayout.carry``): the rules and algorithms that keep one
-    take either form (:func:`next_count`, :func:`stepped`)."""
-    if not isinstance(state, dict) or "t" not in state:
-        return None
-    return next((k for k, v in state.items() if k != "t" and isinstance(v, Vec)), None)
 
 
 def stepped(t: int | list[Tensor], g: int) -> bool | Tensor:
@@ -80,8 +80,46 @@ def _real(*ts: Tensor) -> tuple[Tensor, ...]:
     return tuple(map(torch.view_as_real, ts)) if ts[0].is_complex() else ts
 
 
-class UpdateRule:
-    """Base class: the identity rule (plain gradient steps).
+class PlainState(TypedDict):
+    """No state (:class:`Plain`, and the base :class:`UpdateRule`)."""
+
+
+class MomentumState(TypedDict):
+    """:class:`Momentum`'s state."""
+
+    #: the momentum buffer b
+    buf: Vec
+
+
+class AdamState(TypedDict):
+    """:class:`Adam`'s state."""
+
+    #: the first moment
+    m: Vec
+    #: the second moment
+    v: Vec
+    #: steps taken: one count, or one per element once parameters joined later
+    t: int | Vec
+
+
+class RMSPropState(TypedDict):
+    """:class:`RMSProp`'s state."""
+
+    #: the mean square
+    v: Vec
+
+
+class PerPlayerState(TypedDict):
+    """:class:`PerPlayer`'s state."""
+
+    #: each player's rule's state, in joint vectors (of which it uses its player's part)
+    players: list[State]
+
+
+class UpdateRule(Generic[RS]):
+    """Base class: the identity rule (plain gradient steps). Generic in the type of
+    its state (``class MyRule(UpdateRule[MyRuleState])``, a ``TypedDict``; at run
+    time a plain dict, as checkpoints hold it).
 
     A rule implements :meth:`init` and :meth:`apply`; the rest is optional, declared
     rather than detected:
@@ -102,6 +140,14 @@ class UpdateRule:
       them) and hands the groups' values to the rule before each step; :meth:`check`
       checks such a value.
     * ``nonnegative``: state entries checked non-negative when a checkpoint loads.
+    * ``counts``: the step counts of its state, each with the joint vector whose
+      elements it counts (Adam's ``{"t": "m"}``). A parameter that joins a running
+      game starts its own count from 0, as under torch.optim: the count becomes one
+      per element (:func:`next_count` and :func:`stepped` take either form).
+    * :meth:`carry` and :meth:`check_loaded`: how the state follows the parameters
+      into a new layout, and how a checkpoint's state is checked. The defaults carry
+      every joint vector by parameter and each declared count, and check the
+      structure, the counts and :meth:`check_state`'s values.
 
     Settings are ``Setting`` descriptors of the class, checked
     whenever they are set (``rule.eps = -1`` raises ``ValueError`` and changes nothing).
@@ -117,6 +163,8 @@ class UpdateRule:
     schedulable: tuple[str, ...] = ()
     #: state entries that hold second moments (checked non-negative when a checkpoint loads)
     nonnegative: tuple[str, ...] = ()
+    #: the step counts of the state, each with the joint vector whose elements it counts
+    counts: ClassVar[Mapping[str, str]] = {}
 
     def identity(self) -> dict[str, Any]:
         """What a checkpoint records to know the run that saved it: the rule's type and
@@ -126,18 +174,30 @@ class UpdateRule:
         fixed = {k: v for k, v in vars(self).items() if k not in self.schedulable and not k.startswith("_")}
         return {"type": type(self).__name__, **fixed}
 
+    def carry(self, old: RS, fresh: RS, carry: Carry) -> RS:
+        """The state after the players' layout changed: ``fresh`` (:meth:`init` for the
+        new layout) with each surviving parameter's values of ``old`` (the state
+        before, its joint vectors taken apart by parameter), each step count of
+        :attr:`counts` per element once a parameter joined, other values as ``old``
+        holds them (see :class:`~gameopt.state.Carry`)."""
+        return cast(RS, carry.state(old, fresh, self.counts))
+
+    def check_loaded(self, live: RS, saved: Any, path: str) -> RS:
+        """Raise ``ValueError`` naming the entry (under ``path``) unless ``saved``, a
+        checkpoint's state, fits ``live``, the state in use: the same structure,
+        shapes and dtypes, each count of :attr:`counts` in either form, and no
+        impossible value (:meth:`check_state`). Returns what ``saved`` loads as:
+        ``live`` with its counts in ``saved``'s form. Changes nothing."""
+        like = check_loaded(live, saved, path, self.counts)
+        self.check_state(saved, path)
+        return cast(RS, like)
+
     def check_state(self, state: Any, path: str) -> None:
         """Raise ``ValueError`` naming the entry if a loaded state holds impossible
-        values: a negative step count or second moment."""
+        values: a negative step count (:attr:`counts`) or second moment (:attr:`nonnegative`)."""
         if not isinstance(state, dict):
             return
-        t = state.get("t")
-        if isinstance(t, int) and t < 0:
-            raise ValueError(f"{path}.t: a step count, must be >= 0, got {t}")
-        for k, c in enumerate(t if isinstance(t, (list, tuple)) else ()):  # one count per element
-            c = _real(c)[0] if isinstance(c, Tensor) else c
-            if isinstance(c, Tensor) and bool((c < 0).any()):
-                raise ValueError(f"{path}.t[{k}]: step counts, must be >= 0, got {float(c.min()):g}")
+        check_counts(state, self.counts, path)
         for key in self.nonnegative:
             for k, v in enumerate(state.get(key) or ()):
                 v = _real(v)[0] if isinstance(v, Tensor) else v
@@ -148,13 +208,13 @@ class UpdateRule:
         """``value`` for the schedulable setting ``name``, checked (``ValueError`` naming ``path``)."""
         raise KeyError(name)
 
-    def init(self, like: list[Tensor]) -> State:
+    def init(self, like: list[Tensor]) -> RS:
         """The state before the first step, for directions shaped as ``like``."""
-        return {}
+        return cast(RS, {})
 
     def apply(
-        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], State]:
+        self, d: list[Tensor], state: RS, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[list[Tensor], RS]:
         """``(out, new_state)``: the direction followed for the direction ``d``, and the
         new state. New tensors come from ``empty()`` (shaped like ``d``); ``d`` and
         ``state`` stay as they are, unless the rule declares :attr:`memory_flags` and
@@ -162,7 +222,7 @@ class UpdateRule:
         or ``own_state`` (``state`` is updated in place). Identity here."""
         return d, state
 
-    def extrapolate(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
+    def extrapolate(self, d: list[Tensor], state: RS, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
         """The direction of an extrapolation (the first half of an extragradient step)
         from ``state``, which stays as it is; ``d`` is scratch (the direction may be
         written into it). Returns ``(out, memo)``: :meth:`resume` turns the memo into
@@ -171,7 +231,7 @@ class UpdateRule:
         caller evaluates the extrapolated point."""
         return apply(self, d, state, empty, scratch=True)
 
-    def resume(self, memo: Any, state: State, empty: Empty | None = None) -> State:
+    def resume(self, memo: Any, state: RS, empty: Empty | None = None) -> RS:
         """The state after :meth:`extrapolate` (its ``memo``, from ``state``): the same
         bits as ``apply(d, state)``'s new state, in tensors the caller owns (it may
         update them in place: ``own_state=True``)."""
@@ -180,6 +240,26 @@ class UpdateRule:
     def for_player(self, i: int) -> UpdateRule:
         """The rule player ``i`` steps with (this one; a :class:`~gameopt.updates.PerPlayer` has one each)."""
         return self
+
+    def part(self, state: RS, i: int, views: Views) -> State:
+        """Player ``i``'s part of ``state``: the state of ``self.for_player(i)`` on player
+        i's part of the vectors, each joint vector seen through ``views`` (player i's
+        views of a joint vector, ``layout.player_views(vec, i)``), numbers as they are."""
+        return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
+
+    def with_part(self, state: RS, i: int, part: State, views: Views, own_state: bool = False) -> RS:
+        """``state`` with player ``i``'s part replaced by ``part`` (the new state
+        ``self.for_player(i)`` returned for :meth:`part`): a copy, ``state`` left as it
+        is; with ``own_state`` (``state`` is the caller's, not the committed state),
+        ``state`` itself, updated in place."""
+        joint = cast(State, state)
+        out = joint if own_state else {k: Vec(v).clone() if isinstance(v, list) else v for k, v in joint.items()}
+        for k, v in part.items():
+            if isinstance(v, list):
+                Vec(views(out[k])).copy_(v)
+            else:
+                out[k] = v
+        return cast(RS, out)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -192,13 +272,13 @@ class UpdateRule:
 
 
 def apply(
-    rule: UpdateRule,
+    rule: UpdateRule[RS],
     d: list[Tensor],
-    state: State,
+    state: RS,
     empty: Empty | None = None,
     scratch: bool = False,
     own_state: bool = False,
-) -> tuple[list[Tensor], State]:
+) -> tuple[list[Tensor], RS]:
     """``rule.apply`` with the memory flags (``scratch``, ``own_state``) when the rule
     declares that it takes them (``UpdateRule.memory_flags``); a rule written
     without them gets the default contract."""
@@ -207,13 +287,13 @@ def apply(
     return rule.apply(d, state, empty)
 
 
-class Plain(UpdateRule):
+class Plain(UpdateRule[PlainState]):
     """The plain gradient: out = d (no state). The default of every algorithm."""
 
     memory_flags = True
 
 
-class Momentum(UpdateRule):
+class Momentum(UpdateRule[MomentumState]):
     """Heavy-ball momentum: b ← μ b + d, out = b (or d + μ b with ``nesterov``).
 
     A negative ``momentum`` gives the negative momentum of Gidel et al. 2019,
@@ -245,12 +325,17 @@ class Momentum(UpdateRule):
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         return check_number(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
 
-    def init(self, like: list[Tensor]) -> State:
+    def init(self, like: list[Tensor]) -> MomentumState:
         return {"buf": Vec(torch.zeros_like(t) for t in like)}
 
     def apply(
-        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], State]:
+        self,
+        d: list[Tensor],
+        state: MomentumState,
+        empty: Empty | None = None,
+        scratch: bool = False,
+        own_state: bool = False,
+    ) -> tuple[list[Tensor], MomentumState]:
         empty = empty or _empty_like(d)
         buf = state["buf"] if own_state else empty()
         for b, old, x in zip(buf, state["buf"], d):
@@ -269,7 +354,7 @@ class Momentum(UpdateRule):
 _RECOMPUTE_FROM = 1 << 19
 
 
-class Adam(UpdateRule):
+class Adam(UpdateRule[AdamState]):
     """Adam (Kingma & Ba 2015, Algorithm 1 in its efficient form):
 
     m ← β₁ m + (1 − β₁) d,  v ← β₂ v + (1 − β₂) d²,  t ← t + 1,
@@ -297,6 +382,7 @@ class Adam(UpdateRule):
     memory_flags = True
     schedulable = ("betas",)
     nonnegative = ("v",)
+    counts = {"t": "m"}
     betas = Setting.schedulable()
     eps = Setting.number(low=0.0)
 
@@ -310,12 +396,17 @@ class Adam(UpdateRule):
             raise ValueError(f"{path} must be two numbers in [0, 1), got {value!r}")
         return tuple(check_number(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
 
-    def init(self, like: list[Tensor]) -> State:
+    def init(self, like: list[Tensor]) -> AdamState:
         return {"m": Vec(torch.zeros_like(t) for t in like), "v": Vec(torch.zeros_like(t) for t in like), "t": 0}
 
     def apply(
-        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], State]:
+        self,
+        d: list[Tensor],
+        state: AdamState,
+        empty: Empty | None = None,
+        scratch: bool = False,
+        own_state: bool = False,
+    ) -> tuple[list[Tensor], AdamState]:
         t = next_count(state["t"])
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
@@ -348,7 +439,7 @@ class Adam(UpdateRule):
         else:
             torch.div(m1, den, out=out).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
 
-    def extrapolate(self, d: list[Tensor], state: State, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
+    def extrapolate(self, d: list[Tensor], state: AdamState, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
         """:meth:`apply` with ``scratch``; from ``_RECOMPUTE_FROM`` elements on, its new
         moments are not kept: the memo is a copy of ``d`` (one vector, not two) from
         which :meth:`resume` recomputes them with the same operations (the same bits;
@@ -365,7 +456,7 @@ class Adam(UpdateRule):
             self._direction(x, o, _count_of(t, k), den=o, out=x)
         return d, {"d": kept}
 
-    def resume(self, memo: Any, state: State, empty: Empty | None = None) -> State:
+    def resume(self, memo: Any, state: AdamState, empty: Empty | None = None) -> AdamState:
         if "d" not in memo:  # extrapolate kept the moments
             return super().resume(memo, state, empty)
         empty = empty or _empty_like(memo["d"])
@@ -375,7 +466,7 @@ class Adam(UpdateRule):
         return {"m": m, "v": v, "t": next_count(state["t"])}
 
 
-class RMSProp(UpdateRule):
+class RMSProp(UpdateRule[RMSPropState]):
     """RMSProp (Tieleman & Hinton 2012, "Lecture 6.5"), without momentum, in one of
     two conventions that differ in where ε goes and where the mean square starts:
 
@@ -415,13 +506,18 @@ class RMSProp(UpdateRule):
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         return check_number(path or name, value, low=0.0, high=1.0, high_open=True)
 
-    def init(self, like: list[Tensor]) -> State:
+    def init(self, like: list[Tensor]) -> RMSPropState:
         start = 0.0 if self.convention == "torch" else 1.0  # both parts of a complex element
         return {"v": Vec(torch.full_like(t, complex(start, start) if t.is_complex() else start) for t in like)}
 
     def apply(
-        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], State]:
+        self,
+        d: list[Tensor],
+        state: RMSPropState,
+        empty: Empty | None = None,
+        scratch: bool = False,
+        own_state: bool = False,
+    ) -> tuple[list[Tensor], RMSPropState]:
         empty = empty or _empty_like(d)
         v = state["v"] if own_state else empty()
         out = d if scratch else empty()
@@ -437,7 +533,7 @@ class RMSProp(UpdateRule):
         return out, {"v": v}
 
 
-class PerPlayer(UpdateRule):
+class PerPlayer(UpdateRule[PerPlayerState]):
     """One update rule per player: ``update=[gameopt.Adam(), gameopt.Plain()]`` gives
     the first player Adam and the second plain gradient steps (a primal Adam with a
     dual SGD on a :class:`~gameopt.LagrangianGame`). Algorithms build it from a list;
@@ -484,46 +580,58 @@ class PerPlayer(UpdateRule):
         for k, (rule, st) in enumerate(zip(self.rules, players or ())):
             rule.check_state(st, f"{path}.players[{k}]")
 
-    def init(self, like: list[Tensor]) -> State:
+    def carry(self, old: PerPlayerState, fresh: PerPlayerState, carry: Carry) -> PerPlayerState:
+        """Each player's rule carries its own state."""
+        return {"players": [r.carry(o, f, carry) for r, o, f in zip(self.rules, old["players"], fresh["players"])]}
+
+    def check_loaded(self, live: PerPlayerState, saved: Any, path: str) -> PerPlayerState:
+        """Each player's rule checks its own state."""
+        players = saved.get("players") if isinstance(saved, dict) else None
+        if not isinstance(players, (list, tuple)) or len(players) != len(self.rules) or set(saved) != {"players"}:
+            check_like(live, saved, path)  # raises, naming what differs
+        players = zip(self.rules, live["players"], saved["players"])
+        return {"players": [r.check_loaded(a, b, f"{path}.players[{k}]") for k, (r, a, b) in enumerate(players)]}
+
+    def init(self, like: list[Tensor]) -> PerPlayerState:
         return {"players": [r.init(like) for r in self.rules]}
 
     def apply(
-        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], State]:
+        self,
+        d: list[Tensor],
+        state: PerPlayerState,
+        empty: Empty | None = None,
+        scratch: bool = False,
+        own_state: bool = False,
+    ) -> tuple[list[Tensor], PerPlayerState]:
         if self._views is None:
             raise RuntimeError("a PerPlayer rule is used by an algorithm bound to a game")
         out = d if scratch else (empty or _empty_like(d))()
         new = []
         for i, (rule, st) in enumerate(zip(self.rules, state["players"])):
             views = functools.partial(self._views, i=i)
-            o, st_i = apply(rule, views(d), _part_of(st, views))
+            o, st_i = apply(rule, views(d), rule.part(st, i, views))
             for dst, src in zip(views(out), o):
                 if dst is not src:
                     dst.copy_(src)
-            new.append(_with_part(st, st_i, views))
+            new.append(rule.with_part(st, i, st_i, views))
         return out, {"players": new}
+
+    def part(self, state: PerPlayerState, i: int, views: Views) -> State:
+        """Player ``i``'s part of its own rule's state (its rule's :meth:`~UpdateRule.part`)."""
+        return self.rules[i].part(state["players"][i], i, views)
+
+    def with_part(
+        self, state: PerPlayerState, i: int, part: State, views: Views, own_state: bool = False
+    ) -> PerPlayerState:
+        """``state`` with player ``i``'s rule's state holding ``part`` in player i's
+        part: that one state a copy (it may still be the committed one's), the others
+        shared; with ``own_state``, ``state`` itself, updated in place."""
+        players = state["players"] if own_state else list(state["players"])
+        players[i] = self.rules[i].with_part(players[i], i, part, views)
+        return state if own_state else {"players": players}
 
     def __repr__(self) -> str:
         return f"PerPlayer({self.rules!r})"
-
-
-def _part_of(state: State, views: Callable[[list[Tensor]], list[Tensor]]) -> State:
-    """A rule's joint state seen through one player's views (numbers as they are)."""
-    return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
-
-
-def _with_part(state: State, part: State, views: Callable[[list[Tensor]], list[Tensor]]) -> State:
-    """A copy of the joint ``state`` with one player's part replaced by ``part``."""
-    out: State = {}
-    for k, v in state.items():
-        if isinstance(v, list):
-            full = Vec(t.clone() for t in v)
-            for dst, src in zip(views(full), part[k]):
-                dst.copy_(src)
-            out[k] = full
-        else:
-            out[k] = part[k]
-    return out
 
 
 def rule_from(update: UpdateRule | Sequence[UpdateRule] | None) -> UpdateRule:

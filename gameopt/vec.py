@@ -17,12 +17,23 @@ concatenation or repetition. Per-player scaling needs the layout:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from . import _torch_compat as tc
+
+#: each binary operator: (with a 0-d tensor scalar, one group at a time: out of place,
+#: in place; with a number or a joint vector, all groups at once: out of place, in place)
+_Op = Callable[..., Any]
+_OPS: dict[str, tuple[_Op, _Op, _Op, _Op]] = {
+    "add": (torch.add, tc.foreach_add, Tensor.add_, tc.foreach_add_),
+    "sub": (torch.sub, tc.foreach_sub, Tensor.sub_, tc.foreach_sub_),
+    "mul": (torch.mul, tc.foreach_mul, Tensor.mul_, tc.foreach_mul_),
+    "div": (torch.div, tc.foreach_div, Tensor.div_, tc.foreach_div_),
+}
 
 
 class Vec(list):  # type: ignore[type-arg]
@@ -44,17 +55,18 @@ class Vec(list):  # type: ignore[type-arg]
         return [s.to(t.device, t.dtype) for t in self]
 
     def _binary(self, other: Vec | float | Tensor, op: str) -> Vec:
-        fn = getattr(torch, f"_foreach_{op}")
+        one, many, _, _ = _OPS[op]
         if isinstance(other, Tensor):
-            return Vec(getattr(torch, op)(t, s) for t, s in zip(self, self._scalars(other)))
-        return Vec(fn(self, other))
+            return Vec(one(t, s) for t, s in zip(self, self._scalars(other)))
+        return Vec(many(self, other))
 
     def _binary_(self, other: Vec | float | Tensor, op: str) -> Vec:
+        _, _, one_, many_ = _OPS[op]
         if isinstance(other, Tensor):
             for t, s in zip(self, self._scalars(other)):
-                getattr(t, f"{op}_")(s)
+                one_(t, s)
             return self
-        getattr(torch, f"_foreach_{op}_")(self, other)
+        many_(self, other)
         return self
 
     # ---------------------------------------------------------- out of place
@@ -117,6 +129,11 @@ class Vec(list):  # type: ignore[type-arg]
     def addcmul_(self, a: Vec, b: Vec, value: float = 1.0) -> Vec:
         """In place: ``self += value * a * b``."""
         tc.foreach_addcmul_(self, a, b, value=value)
+        return self
+
+    def lerp_(self, end: Iterable[Tensor], weight: float) -> Vec:
+        """In place: ``self += weight * (end - self)``."""
+        tc.foreach_lerp_(self, list(end), weight)
         return self
 
     def copy_(self, other: Iterable[Tensor]) -> Vec:

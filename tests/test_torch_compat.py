@@ -34,6 +34,23 @@ PRIVATE_ATTRIBUTES = {
 }
 
 
+def _getattr_of_torch(node: ast.AST) -> bool:
+    """``getattr(torch..., name)`` with a name the scan cannot read (an f-string, a
+    variable) or a private one: what ``torch._x`` chains would be, written so that
+    the attribute scan does not see it."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+        return False
+    if len(node.args) < 2:
+        return False
+    owner, name = node.args[0], node.args[1]
+    while isinstance(owner, ast.Attribute):
+        owner = owner.value
+    if not (isinstance(owner, ast.Name) and owner.id == "torch"):
+        return False
+    literal = isinstance(name, ast.Constant) and isinstance(name.value, str)
+    return not literal or (name.value.startswith("_") and not name.value.startswith("__"))
+
+
 def _private_uses(path: Path) -> list[str]:
     """``torch._x`` chains, ``from torch... import _x``, imports of torch's private
     modules, and the private tensor/module attributes above, with their lines."""
@@ -54,6 +71,8 @@ def _private_uses(path: Path) -> list[str]:
                 found.append(f"{path.name}:{node.lineno} .{node.attr}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PRIVATE_ATTRIBUTES:
             found.append(f"{path.name}:{node.lineno} {node.value!r}")  # getattr(x, "_name")
+        elif _getattr_of_torch(node):
+            found.append(f"{path.name}:{node.lineno} getattr(torch, ...)")
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch":
             parts = node.module.split(".") + [a.name for a in node.names]
             if any(p.startswith("_") and not p.startswith("__") for p in parts):
@@ -77,8 +96,10 @@ def test_the_scan_finds_a_private_use(tmp_path):
     bad.write_text(
         "import torch\nfrom torch.autograd.graph import _engine_run_backward\n"
         "x = torch._C._nn.flatten_dense_tensors([])\ny = t._use_count()\nz = getattr(m, '_orig_mod', m)\n"
+        "f = getattr(torch, f'_foreach_{op}')\ng = getattr(torch.linalg, name)\nh = getattr(torch, '_foreach_add')\n"
+        "ok = getattr(torch, 'add')\nalso_ok = getattr(tensor, f'{op}_')\n"
     )
-    assert {use.split()[0] for use in _private_uses(bad)} == {f"bad.py:{k}" for k in (2, 3, 4, 5)}
+    assert {use.split()[0] for use in _private_uses(bad)} == {f"bad.py:{k}" for k in (2, 3, 4, 5, 6, 7, 8)}
 
 
 def test_the_fallbacks_compute_what_the_private_functions_do():
@@ -88,8 +109,8 @@ def test_the_fallbacks_compute_what_the_private_functions_do():
     assert torch.equal(flat, torch._C._nn.flatten_dense_tensors(ts))
     for a, b in zip(tc._unflatten(flat, ts), torch._C._nn.unflatten_dense_tensors(flat, ts)):
         assert torch.equal(a, b) and a.data_ptr() == b.data_ptr()  # views, as the private one's
-    for name in ("add", "neg", "sqrt", "reciprocal"):
-        args = ([t.abs() + 1 for t in ts],) if name != "add" else (ts, ts)
+    for name in ("add", "sub", "mul", "div", "neg", "sqrt", "reciprocal"):
+        args = ([t.abs() + 1 for t in ts],) if name not in ("add", "sub", "mul", "div") else (ts, ts)
         kw = {"alpha": 0.5} if name == "add" else {}
         looped = tc._looped(name)(*args, **kw)
         fused = getattr(torch, f"_foreach_{name}")(*args, **kw)

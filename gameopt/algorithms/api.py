@@ -27,27 +27,49 @@ What it holds (each name documented where it is defined):
   composes with (``self.descend`` applies one) and their state, with their declared
   capabilities (``memory_flags``; the optional ``extrapolate``/``resume``;
   :class:`gameopt.UpdateRule`), and ``apply_rule``, which calls a rule with the
-  memory flags it declares (:func:`gameopt.updates.apply`);
+  memory flags it declares (:func:`gameopt.updates.apply`). A rule owns its state:
+  it declares its step counts (``counts``) and may override how the state follows
+  the parameters into a new layout (``carry``, given a ``Carry``:
+  :class:`gameopt.state.Carry`) and how a checkpoint's is checked
+  (``check_loaded``); ``rule.part``/``rule.with_part`` are one player's part of it;
 * ``FeasibleSet`` and ``Constraint``: the contract of a player's feasible set
   (:class:`gameopt.constraints.FeasibleSet`, :class:`gameopt.constraints.Constraint`),
   and ``as_constraint`` (:func:`gameopt.constraints.as_constraint`);
 * the typed states of the built-in algorithms (below), :data:`State` (any
   algorithm's state) and ``GameView`` (the game an algorithm is bound to,
   :class:`gameopt.protocols.GameView`);
-* ``Vec`` (joint vectors, :class:`gameopt.Vec`) and the argument checks
-  ``check_number``, ``check_bool`` and ``check_per_player``.
+* ``Vec`` (joint vectors, :class:`gameopt.Vec`: arithmetic, the in-place ``add_``,
+  ``addcmul_``, ``lerp_``, ``copy_``, ``zero_``, ``+=``, ``-=``, ``*=``, ``/=``, and
+  ``dot``/``norm``), ``Layout`` (what an algorithm reads of the game's joint layout,
+  ``oracle.layout`` and ``game.layout``) and ``owned`` (a vector of the caller's
+  instead of the borrowed gradient buffer, for a state to keep);
+* the step counts of a state (``next_count``, ``stepped``: one count for all
+  elements, or one per element once parameters joined a running game);
+* the linear solvers ``cg`` and ``gmres`` on joint vectors (:mod:`gameopt.linalg`),
+  with ``MatVec`` (an operator) and ``BreakdownError``, and ``check_zero_sum``
+  (refuse losses that are not (f, −f): :func:`gameopt.evaluation.check_zero_sum`);
+* the argument checks ``check_number``, ``check_bool`` and ``check_per_player``.
+
+The built-in algorithms (every other module of :mod:`gameopt.algorithms`) import
+gameopt's names only from here; a test keeps it so.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Sequence
+from typing import Any, Protocol, TypedDict
+
+from torch import Tensor
 
 from ..checks import check_bool, check_number, check_per_player
 from ..constraints import Constraint, FeasibleSet, as_constraint
+from ..evaluation import check_zero_sum
+from ..linalg import BreakdownError, MatVec, cg, gmres
 from ..protocols import GameView, Linearization
 from ..protocols import OracleInterface as Oracle
+from ..state import Carry
 from ..updates import State as RuleState
-from ..updates import UpdateRule
+from ..updates import UpdateRule, next_count, stepped
 from ..updates import apply as apply_rule
 from ..vec import Vec
 from .base import Algorithm, Hyper, Setting, Wrapper
@@ -57,14 +79,18 @@ __all__ = [
     "Algorithm",
     "AnchoredExtragradientState",
     "AveragingState",
+    "BreakdownError",
     "CGDState",
+    "Carry",
     "Constraint",
     "DescentState",
     "FeasibleSet",
     "GameView",
     "Hyper",
+    "Layout",
     "Linearization",
     "LookaheadState",
+    "MatVec",
     "NoState",
     "OptimisticState",
     "Oracle",
@@ -77,13 +103,55 @@ __all__ = [
     "Wrapper",
     "apply_rule",
     "as_constraint",
+    "cg",
     "check_bool",
     "check_number",
     "check_per_player",
+    "check_zero_sum",
+    "gmres",
+    "next_count",
+    "owned",
+    "stepped",
 ]
 
 #: any algorithm's state as the game and checkpoints see it, a dict
 State = dict[str, Any]
+
+
+class Layout(Protocol):
+    """What an algorithm reads of the game's joint layout (``oracle.layout``,
+    ``game.layout``; the game's is a :class:`gameopt.layout.JointLayout`)."""
+
+    #: the joint storage: the current point (read only; return a step instead)
+    data: Vec
+    num_players: int
+    #: the number of parameter elements of all players
+    num_elements: int
+    #: the number of parameter tensors of all players
+    num_tensors: int
+
+    def zeros(self) -> Vec:
+        """A new joint vector of zeros."""
+        ...
+
+    def player_views(self, vec: Vec, i: int) -> list[Tensor]:
+        """Player i's part of ``vec``: views, one flat tensor per (device, dtype) group it has."""
+        ...
+
+    def per_player(self, vec: Vec) -> tuple[Tensor | tuple[Tensor, ...], ...]:
+        """One flat tensor per player (a tuple of them for a player with several groups): views."""
+        ...
+
+    def scale_(self, vec: Vec, factors: Sequence[float], out: Vec | None = None) -> Vec:
+        """Each player's part of ``vec`` times its factor: in place, or into ``out``."""
+        ...
+
+
+def owned(oracle: Oracle, vec: Vec, borrowed: Vec) -> Vec:
+    """``vec``, or a copy of it in a vector of the caller's (``oracle.empty()``) when
+    it is ``borrowed``: what ``oracle.xi()`` returned, the game's gradient buffer,
+    which a state must never keep."""
+    return oracle.empty().copy_(vec) if vec is borrowed else vec
 
 
 class DescentState(TypedDict):

@@ -9,12 +9,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .. import _torch_compat as tc
-from .api import AveragingState
-from .base import Algorithm, Setting, Wrapper, check_number
+from .api import Algorithm, AveragingState, Setting, Vec, Wrapper, check_number
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import GameView, Oracle
 
 
@@ -71,8 +68,7 @@ class Averaging(Wrapper[AveragingState]):
         count = state["count"] + 1
         n = count - self.start
         a = 1.0 if n <= 0 else 1.0 / n if self.kind == "uniform" else 1.0 - self.decay
-        avg = oracle.moved(delta)  # the new iterate, then a·w + (1 − a)·w̄ in place (exactly w for a = 1)
-        tc.foreach_lerp_(avg, state["avg"], 1.0 - a)
+        avg = oracle.moved(delta).lerp_(state["avg"], 1.0 - a)  # a·w + (1 − a)·w̄ (exactly w for a = 1)
         oracle.project_nonconvex_(avg)
         return delta, {"base": base_state, "avg": avg, "count": count}
 
@@ -107,11 +103,11 @@ class Averaging(Wrapper[AveragingState]):
                 self._swapped += 1
                 with torch.no_grad():
                     for i in which:
-                        tc.foreach_copy_(layout.player_views(layout.data, i), layout.player_views(avg, i))
+                        Vec(layout.player_views(layout.data, i)).copy_(layout.player_views(avg, i))
                 yield
             finally:
                 with torch.no_grad():
-                    tc.foreach_copy_(layout.data, saved)
+                    layout.data.copy_(saved)
                 self._swapped -= 1
 
     def _refuse_in_block(self, what: str, why: str) -> None:

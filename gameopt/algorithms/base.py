@@ -7,13 +7,13 @@ from __future__ import annotations
 import copy
 import functools
 import operator
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from ..checks import check_bool, check_number, check_per_player
 from ..settings import Setting
-from ..state import check_like, clone_state, moved_like, retyped, tensors_in
-from ..updates import PerPlayer, Plain, State, UpdateRule, apply, count_key, rule_from
+from ..state import Carry, check_loaded, clone_state, moved_like, retyped, tensors_in
+from ..updates import PerPlayer, Plain, State, UpdateRule, apply, rule_from
 from ..vec import Vec
 
 if TYPE_CHECKING:
@@ -94,24 +94,6 @@ def _difference(saved: Any, mine: Any, path: str) -> str:
     return "" if saved == mine else f"{path}: {saved!r} in the checkpoint, {mine!r} here"
 
 
-def _counts_like(mine: Any, theirs: Any) -> Any:
-    """``mine`` (a live state) with each update rule's step count shaped as ``theirs``
-    (a loaded state) holds it: one number for all parameters, or one per element, a
-    joint vector like the moments (see :meth:`gameopt.Adam.apply`). Either fits."""
-    if isinstance(mine, list) and not isinstance(mine, Vec) and isinstance(theirs, (list, tuple)):
-        return [_counts_like(a, b) for a, b in zip(mine, theirs)]
-    if isinstance(mine, dict) and isinstance(theirs, dict):
-        out = {k: _counts_like(v, theirs.get(k)) for k, v in mine.items()}
-        like = count_key(mine)
-        if like is not None:
-            if isinstance(mine["t"], int) and isinstance(theirs.get("t"), (list, tuple)):
-                out["t"] = mine[like]
-            elif not isinstance(mine["t"], int) and isinstance(theirs.get("t"), int):
-                out["t"] = 0
-        return out
-    return mine
-
-
 #: what binding to a game sets (:meth:`Algorithm.bind`), left out of copies
 _BINDING = ("game", "param_groups", "defaults", "_checked")
 
@@ -126,20 +108,6 @@ def _chain(algorithm: Algorithm | None) -> Iterator[Algorithm]:
 def _rule_views(rule: UpdateRule) -> Any:
     """The layout views a per-player rule was bound to (``None`` for any other rule)."""
     return rule._views if isinstance(rule, PerPlayer) else None
-
-
-def _check_rule_states(rule: UpdateRule, state: Any, path: str) -> None:
-    """Every update-rule state (an entry ``"rule"``) in a loaded algorithm state, checked
-    for impossible values (negative counts or second moments)."""
-    if isinstance(state, dict):
-        for key, value in state.items():
-            if key == "rule":
-                rule.check_state(value, f"{path}.rule")
-            else:
-                _check_rule_states(rule, value, f"{path}.{key}")
-    elif isinstance(state, (list, tuple)):
-        for k, value in enumerate(state):
-            _check_rule_states(rule, value, f"{path}[{k}]")
 
 
 class Hyper:
@@ -221,6 +189,13 @@ class Algorithm(Generic[S]):
     #: for later evaluations to share (:mod:`gameopt.evaluation`), and a second
     #: evaluation in a step is refused (``RuntimeError``, nothing changed).
     evaluates_once = False
+
+    #: The step counts of this algorithm's own state, each with the joint vector whose
+    #: elements it counts (as ``Optimistic`` and ``ACGD`` declare theirs): a parameter that joins a
+    #: running game starts its own count from 0, the count then one per element
+    #: (``next_count`` and ``stepped`` take either form). The update rule's state
+    #: (under ``"rule"``) is the rule's to carry and check.
+    counts: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self, lr: float | Sequence[float], update: UpdateRule | Sequence[UpdateRule] | None = None, **settings: Any
@@ -477,6 +452,11 @@ class Algorithm(Generic[S]):
         algorithm: its type, one settings dict per player, and a state of the same
         structure, shapes and dtypes as ``state`` (the state the game holds). Changes
         nothing."""
+        self._loadable(state_dict, state, path)
+
+    def _loadable(self, state_dict: Any, state: S, path: str) -> S:
+        """:meth:`check_state_dict`, returning what the checkpoint's state loads as
+        (see :meth:`_check_loaded`)."""
         if not isinstance(state_dict, dict):
             raise ValueError(f"{path}: expected a dict, got {type(state_dict).__name__}")
         if state_dict.get("type") != type(self).__name__:
@@ -500,20 +480,38 @@ class Algorithm(Generic[S]):
                 for name in rule.schedulable:
                     if name in group:
                         rule.check(name, group[name], f"{path}.param_groups[{k}].{name}")
-        check_like(_counts_like(state, state_dict.get("state")), state_dict.get("state"), f"{path}.state")
-        _check_rule_states(self._rules()[0], state_dict["state"], f"{path}.state")
+        return self._check_loaded(state, state_dict.get("state"), f"{path}.state")
 
     def load_state_dict(self, state_dict: dict[str, Any], state: S) -> S:
         """Restore a :meth:`state_dict`: its param groups into this algorithm's, and its
         state returned, shaped as ``state`` (the state the game holds, left unchanged)
         for the game to hold in its place. A state dict that does not fit raises
         ``ValueError`` and changes nothing."""
-        self.check_state_dict(state_dict, state)
+        like = self._loadable(state_dict, state, "algorithm")
         for mine, theirs in zip(self.param_groups, state_dict["param_groups"]):
             mine.update({k: v for k, v in theirs.items() if k != "params"})
         # each tensor to the device of the one it replaces, as torch.optim does
-        mine = _counts_like(state, state_dict["state"])
-        return cast(S, retyped(mine, moved_like(mine, state_dict["state"])))
+        return cast(S, retyped(like, moved_like(like, state_dict["state"])))
+
+    def _check_loaded(self, live: S, saved: Any, path: str) -> S:
+        """Raise ``ValueError`` naming what is wrong unless ``saved`` (a checkpoint's
+        state) fits ``live`` (the state the game holds); returns what ``saved`` loads
+        as (``live`` with each step count in ``saved``'s form). The update rule checks
+        its own state (:meth:`~gameopt.UpdateRule.check_loaded`)."""
+        like = check_loaded(live, saved, path, self.counts, skip=("rule",))
+        if isinstance(live, dict) and "rule" in live:
+            like["rule"] = self.rule.check_loaded(live["rule"], saved["rule"], f"{path}.rule")
+        return cast(S, like)
+
+    def _carry_state(self, old: S, fresh: S, carry: Carry) -> S:
+        """The state after the players' layout changed: ``fresh`` (:meth:`init_state`
+        for the new layout) with each surviving parameter's values of ``old`` (the
+        state before, its joint vectors taken apart by parameter) and the step counts
+        of :attr:`counts`; the update rule carries its own (:meth:`~gameopt.UpdateRule.carry`)."""
+        out = carry.state(old, fresh, self.counts, skip=("rule",))
+        if isinstance(old, dict) and "rule" in old:
+            out["rule"] = self.rule.carry(old["rule"], fresh["rule"], carry)
+        return cast(S, out)
 
     def __repr__(self) -> str:
         lr = self.lrs if self.game is not None else self._lr
@@ -568,6 +566,18 @@ class Wrapper(Algorithm[S]):
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "base": self.base.identity()}
+
+    def _check_loaded(self, live: S, saved: Any, path: str) -> S:
+        """:meth:`Algorithm._check_loaded`, the base's state (under ``"base"``) checked by the base."""
+        like = check_loaded(live, saved, path, self.counts, skip=("base",))
+        like["base"] = self.base._check_loaded(live["base"], saved["base"], f"{path}.base")  # type: ignore[index]
+        return cast(S, like)
+
+    def _carry_state(self, old: S, fresh: S, carry: Carry) -> S:
+        """:meth:`Algorithm._carry_state`, the base's state (under ``"base"``) carried by the base."""
+        out = carry.state(old, fresh, self.counts, skip=("base",))
+        out["base"] = self.base._carry_state(old["base"], fresh["base"], carry)  # type: ignore[index]
+        return cast(S, out)
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self.settings.items())

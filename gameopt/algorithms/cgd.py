@@ -8,12 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..evaluation import check_zero_sum
-from ..linalg import MatVec, cg, gmres
-from ..updates import next_count
-from ..vec import Vec
-from .api import ACGDState, CGDState
-from .base import Algorithm, Hyper, Setting
+from .api import ACGDState, Algorithm, CGDState, Hyper, MatVec, Setting, Vec, cg, check_zero_sum, gmres, next_count
 
 if TYPE_CHECKING:
     from .api import GameView, Linearization, Oracle
@@ -158,6 +153,7 @@ class ACGD(Algorithm[ACGDState]):
     """
 
     first_order = False
+    counts = {"t": "v"}
     beta = Hyper(low=0.0, high=1.0, high_open=True)
     eps = Setting.number(low=0.0, low_open=True)
     tol = Setting.number(low=0.0)

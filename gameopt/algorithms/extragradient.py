@@ -7,13 +7,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .. import _torch_compat as tc
-from ..updates import UpdateRule, apply, next_count, stepped
-from .api import DescentState, OptimisticState
-from .base import Algorithm, Setting
+from .api import (
+    Algorithm,
+    DescentState,
+    OptimisticState,
+    Setting,
+    UpdateRule,
+    Vec,
+    apply_rule,
+    next_count,
+    owned,
+    stepped,
+)
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import GameView, Oracle
 
 
@@ -77,7 +84,7 @@ class Optimistic(Algorithm[OptimisticState]):
 
     with ``u(ξ(w_{-1})) := u(ξ(w_0))``, so the first step is plain gradient descent
     (also a parameter's first step after it joined a running game: its step count
-    is its own, see ``gameopt.updates.count_key``).
+    is its own: ``counts``).
     With ``update=Adam()`` this is Optimistic Adam. One evaluation per step; the
     previous direction is kept in the state.
 
@@ -96,6 +103,7 @@ class Optimistic(Algorithm[OptimisticState]):
     """
 
     evaluates_once = True
+    counts = {"t": "prev"}
 
     def __init__(
         self, lr: float | Sequence[float] = 1e-3, update: UpdateRule | Sequence[UpdateRule] | None = None
@@ -107,10 +115,8 @@ class Optimistic(Algorithm[OptimisticState]):
 
     def update(self, oracle: Oracle, state: OptimisticState) -> tuple[Vec, OptimisticState]:
         xi = oracle.xi()
-        out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
-        if out is xi:  # the gradient buffer: the next step's previous direction is a copy
-            out = oracle.empty()
-            tc.foreach_copy_(out, xi)
+        out, rule_state = apply_rule(self.rule, xi, state["rule"], oracle.empty, scratch=True)
+        out = owned(oracle, out, borrowed=xi)  # the next step's previous direction
         t = state["t"]  # one count, or one per element once parameters joined later
         delta = xi  # read by now: the gradient buffer takes the step
         for g, (d, p, o) in enumerate(zip(delta, state["prev"], out)):

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
-from .. import _torch_compat as tc
-from ..updates import PerPlayer, UpdateRule
-from ..vec import Vec
-from .api import DescentState
-from .base import Algorithm, Setting, State
+from .api import Algorithm, DescentState, Setting, UpdateRule, Vec, apply_rule
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import GameView, Oracle
 
 
@@ -87,26 +83,20 @@ class AltGD(Algorithm[DescentState]):
         super().bind(game)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
-        layout = oracle.layout
         delta = oracle.layout.zeros()  # the players who moved so far: their steps
         ones = [1.0] * oracle.num_players
-        new_rule: State = {}
-        per_player = isinstance(self.rule, PerPlayer)  # one rule (and joint state) per player
-        players = list(state["rule"]["players"]) if per_player else []
+        rule_state, own = state["rule"], False  # own: rule_state is this step's copy
         order = self.order if self.order is not None else range(oracle.num_players)
         for turn, i in enumerate(order):
             xi = oracle.xi(along=(delta, ones) if turn else None, players=[i])
-            # the rule is elementwise: apply it to player i's part only
-            views = lambda vec: layout.player_views(vec, i)  # noqa: E731
-            joint = players[i] if per_player else state["rule"]
-            out, rule_i = self.rule.for_player(i).apply(views(xi), _map(joint, views))
+            # the rule is elementwise: player i's rule on player i's part only
+            views = functools.partial(oracle.layout.player_views, i=i)
+            part = self.rule.part(state["rule"], i, views)
+            out, part = apply_rule(self.rule.for_player(i), views(xi), part)
             for d, o in zip(views(delta), out):
                 torch.mul(o, -self.lrs[i], out=d)
-            if per_player:
-                players[i] = _merge(_clone_vecs(joint), rule_i, views)
-            else:
-                new_rule = _merge(new_rule or _clone_vecs(state["rule"]), rule_i, views)
-        return delta, {"rule": {"players": players} if per_player else new_rule}
+            rule_state, own = self.rule.with_part(rule_state, i, part, views, own_state=own), True
+        return delta, {"rule": rule_state}
 
 
 def _order(order: Sequence[int] | None, game: GameView | None) -> tuple[int, ...] | None:
@@ -122,20 +112,3 @@ def _order(order: Sequence[int] | None, game: GameView | None) -> tuple[int, ...
     if n is not None and sorted(order) != list(range(n)):
         raise ValueError(f"order must be a permutation of the players' indices 0..{n - 1}, got {tuple(order)}")
     return tuple(order)
-
-
-def _map(state: State, views) -> State:  # type: ignore[no-untyped-def]
-    return {k: views(v) if isinstance(v, list) else v for k, v in state.items()}
-
-
-def _clone_vecs(state: State) -> State:
-    return {k: Vec(v).clone() if isinstance(v, list) else v for k, v in state.items()}
-
-
-def _merge(full: State, part: State, views) -> State:  # type: ignore[no-untyped-def]
-    for k, v in part.items():
-        if isinstance(v, list):
-            tc.foreach_copy_(views(full[k]), v)
-        else:
-            full[k] = v
-    return full

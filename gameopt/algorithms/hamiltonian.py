@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..updates import UpdateRule
-from .api import DescentState
-from .base import Algorithm, Hyper, Setting
+from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import Oracle
 
 

@@ -6,13 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .. import _torch_compat as tc
-from ..updates import UpdateRule, apply
-from .api import AnchoredExtragradientState, PastExtragradientState
-from .base import Algorithm
+from .api import Algorithm, AnchoredExtragradientState, PastExtragradientState, UpdateRule, Vec, apply_rule, owned
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import GameView, Oracle
 
 
@@ -48,10 +44,8 @@ class PastExtragradient(Algorithm[PastExtragradientState]):
     def update(self, oracle: Oracle, state: PastExtragradientState) -> tuple[Vec, PastExtragradientState]:
         factors = [-lr for lr in self.lrs]
         xi = oracle.xi(along=(state["prev"], factors))  # ξ(w'_t), w'_t = P(w_t − η u_{t−1})
-        out, rule_state = apply(self.rule, xi, state["rule"], oracle.empty, scratch=True)
-        if out is xi:  # the gradient buffer: the state keeps a copy
-            out = oracle.empty()
-            tc.foreach_copy_(out, xi)
+        out, rule_state = apply_rule(self.rule, xi, state["rule"], oracle.empty, scratch=True)
+        out = owned(oracle, out, borrowed=xi)  # the state keeps it
         return oracle.layout.scale_(out, factors, out=xi), {"rule": rule_state, "prev": out}
 
 
@@ -83,8 +77,7 @@ class AnchoredExtragradient(Algorithm[AnchoredExtragradientState]):
         k, w = state["k"], oracle.params
         anchor = state["anchor"] if k > 0 else oracle.empty().copy_(w)
         beta, factors = 1.0 / (k + 2), [-lr for lr in self.lrs]
-        anchored = oracle.empty().copy_(w)
-        tc.foreach_lerp_(anchored, anchor, beta)  # z_k + β_k (z_0 − z_k)
+        anchored = oracle.empty().copy_(w).lerp_(anchor, beta)  # z_k + β_k (z_0 − z_k)
         half = oracle.moved(oracle.layout.scale_(oracle.xi(), factors), at=anchored)
         target = oracle.moved(oracle.layout.scale_(oracle.xi(at=half), factors), at=anchored)
         return oracle.delta_to(target), {"anchor": anchor, "k": k + 1}

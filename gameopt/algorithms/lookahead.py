@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import _torch_compat as tc
-from .api import LookaheadState
-from .base import Algorithm, Setting, Wrapper
+from .api import Algorithm, LookaheadState, Setting, Vec, Wrapper
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import GameView, Oracle
 
 
@@ -53,7 +50,7 @@ class Lookahead(Wrapper[LookaheadState]):
         slow = state["slow"]
         if count % self.k == 0:
             diff = oracle.moved(delta)  # the fast weights, then (in place) fast − slow
-            tc.foreach_sub_(diff, slow)
+            diff -= slow
             slow = slow.add(diff, alpha=self.alpha)
             # an average of feasible points is feasible in a convex set; project where not
             oracle.project_nonconvex_(slow)

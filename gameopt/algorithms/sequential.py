@@ -6,11 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..evaluation import check_zero_sum
-from ..linalg import BreakdownError, cg
-from ..vec import Vec
-from .api import NoState
-from .base import Algorithm, Setting
+from .api import Algorithm, BreakdownError, NoState, Setting, Vec, cg, check_zero_sum
 
 if TYPE_CHECKING:
     from .api import GameView, Linearization, Oracle

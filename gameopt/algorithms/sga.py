@@ -7,12 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..updates import UpdateRule
-from .api import DescentState
-from .base import Algorithm, Hyper, Setting
+from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import Oracle
 
 SIGN_NORMALIZERS = ("dimension", "tensors")
@@ -116,10 +113,7 @@ class SGA(Algorithm[DescentState]):
         minus_2a -= jt_xi
         lam = self.lam
         if self.align:
-            if self.sign_normalizer == "dimension":
-                n = oracle.layout.num_elements
-            else:
-                n = sum(len(e.buffer.params) for e in oracle.layout.entries)
+            n = oracle.layout.num_elements if self.sign_normalizer == "dimension" else oracle.layout.num_tensors
             score = xi.dot(jt_xi) * (minus_2a.dot(jt_xi) * -0.5) / n + self.eps
             minus_2a *= -0.5 * abs(lam) * torch.sign(score)
         else:

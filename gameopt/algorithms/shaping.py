@@ -7,12 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..updates import UpdateRule
-from .api import DescentState
-from .base import Algorithm, Hyper, Setting
+from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
 
 if TYPE_CHECKING:
-    from ..layout import Vec
     from .api import Linearization, Oracle
 
 

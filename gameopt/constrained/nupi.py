@@ -28,7 +28,7 @@ class NuPI(UpdateRule):
     average starts at e₀ = 0 after it, as cooper's code does (its docstring says
     e₀ = d₀; the parity test follows the code). ``NuPI(kp=0, ki=1)`` is plain
     gradient steps. A parameter that joins a running game starts the same way (its
-    step count is its own: ``count_key``).
+    step count is its own: ``counts``).
 
     Args:
         kp: K_P ≥ 0, the proportional gain.
@@ -44,6 +44,7 @@ class NuPI(UpdateRule):
     """
 
     memory_flags = True
+    counts = {"t": "e"}  # its step count, per element once parameters join later
     kp = Setting(lambda rule, name, value: _gain(rule, name, value, other="ki"))
     ki = Setting(lambda rule, name, value: _gain(rule, name, value, other="kp"))
     ema = Setting.number(low=-1.0, high=1.0, low_open=True, high_open=True)

@@ -401,7 +401,8 @@ class Game:
                 return
             parts = relayout.take_apart(self.algorithm_state, self.layout)
             self._build_layout()
-            self.algorithm_state = relayout.carry(parts, self.algorithm.init_state(self), self.layout)
+            fresh = self.algorithm.init_state(self)
+            self.algorithm_state = self.algorithm._carry_state(parts, fresh, relayout.ParameterCarry(self.layout))
             self.algorithm.refresh_params(self)
         log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
 

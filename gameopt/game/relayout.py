@@ -5,15 +5,16 @@ The vocabulary: :meth:`Watch.intact` is the cheap check that nothing moved
 (every step); :meth:`Player.why_stale <gameopt.Player.why_stale>` says what moved;
 :func:`refresh` re-fuses the players that changed and says whether the layout must
 be rebuilt. Across a rebuild, :func:`take_apart` keys every joint vector of the
-algorithm state by parameter identity and :func:`carry` writes it into the new
-layout's fresh state, so that state follows each parameter, never a position.
+algorithm state by parameter identity and the state's owners (the algorithm, its
+update rule) carry it into the new layout's fresh state with a
+:class:`ParameterCarry`, so that state follows each parameter, never a position.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +23,6 @@ from torch import Tensor
 from ..buffer import links_intact
 from ..layout import JointLayout
 from ..player import Player, RegistryWatch, registries_intact
-from ..updates import count_key
 from ..vec import Vec
 
 log = logging.getLogger(__name__)
@@ -80,23 +80,31 @@ def take_apart(state: Any, layout: JointLayout) -> Any:
     return _map_vectors(state, layout, lambda v: _unflatten(layout, v))
 
 
-def carry(old: Any, fresh: Any, layout: JointLayout) -> Any:
-    """The algorithm state after a re-layout: ``fresh`` (a new ``init_state``) with each
-    surviving parameter's part of every joint vector taken from ``old`` (taken apart
-    by :func:`take_apart`), and ``old``'s other values (step counts)."""
-    if isinstance(old, _PerParam):
-        return _fill(layout, old, fresh)
-    if isinstance(old, dict):
-        like = count_key(fresh)
-        if like is not None and isinstance(old.get(like), _PerParam):  # a step count: one per element
-            return {
-                **{k: carry(v, fresh[k], layout) for k, v in old.items() if k != "t"},
-                "t": _counts(old["t"], old[like], fresh[like], layout),
-            }
-        return {k: carry(v, fresh[k], layout) for k, v in old.items()}
-    if isinstance(old, (list, tuple)):
-        return type(old)(carry(v, f, layout) for v, f in zip(old, fresh))
-    return old
+class ParameterCarry:
+    """Carries a state into ``layout`` by parameter (:class:`gameopt.state.Carry`):
+    what an owner's carry hook (:meth:`gameopt.UpdateRule.carry`) is given."""
+
+    def __init__(self, layout: JointLayout) -> None:
+        self.layout = layout
+
+    def state(self, old: Any, fresh: Any, counts: Mapping[str, str] = {}, skip: Collection[str] = ()) -> Any:
+        """``fresh`` with each surviving parameter's part of every joint vector taken
+        from ``old`` (taken apart by :func:`take_apart`), the step counts of ``counts``
+        one per element once a parameter joined, ``old``'s other values, and the
+        entries of ``skip`` as ``old`` holds them (another owner carries them)."""
+        if isinstance(old, _PerParam):
+            return _fill(self.layout, old, fresh)
+        if isinstance(old, dict):
+            return {k: v if k in skip else self._entry(old, fresh, k, counts.get(k)) for k, v in old.items()}
+        if isinstance(old, (list, tuple)):
+            return type(old)(self.state(v, f) for v, f in zip(old, fresh))
+        return old
+
+    def _entry(self, old: dict[str, Any], fresh: dict[str, Any], key: str, counted: str | None) -> Any:
+        """One entry of a dict state: a step count of the vector ``counted``, or any value."""
+        if counted is not None and isinstance(old.get(counted), _PerParam):
+            return _counts(old[key], old[counted], fresh[counted], self.layout)
+        return self.state(old[key], fresh[key])
 
 
 def untyped_vectors(obj: Any, layout: JointLayout, path: str = "state") -> list[str]:
