@@ -162,6 +162,7 @@ def _api_page(app) -> None:  # noqa: ANN001
         "gameopt.buffer.FlatParameter",
         "gameopt.buffer.FlatBuffer",
         "gameopt.game.Oracle",
+        "gameopt.game.oracle.StepContext",  # what game.step_context returns
     ):
         lines += [f".. autoclass:: {cls}", ""]
     out = DOCS / "api" / "index.rst"
