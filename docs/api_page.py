@@ -26,6 +26,7 @@ INTERNALS = [
     "gameopt.buffer.FlatParameter",
     "gameopt.buffer.FlatBuffer",
     "gameopt.game.StepOracle",
+    "gameopt.game.oracle.StepContext",  # what game.step_context returns
 ]
 
 
