@@ -447,7 +447,7 @@ class Algorithm(Generic[S]):
             "state": clone_state(state),
         }
 
-    def check_state_dict(self, state_dict: Any, state: S, path: str = "algorithm") -> None:
+    def _check_state_dict(self, state_dict: Any, state: S, path: str = "algorithm") -> None:
         """Raise ``ValueError`` (naming what is wrong) unless ``state_dict`` fits this
         algorithm: its type, one settings dict per player, and a state of the same
         structure, shapes and dtypes as ``state`` (the state the game holds). Changes
@@ -461,10 +461,14 @@ class Algorithm(Generic[S]):
             raise ValueError(f"{path}: expected a dict, got {type(state_dict).__name__}")
         if state_dict.get("type") != type(self).__name__:
             raise ValueError(f"checkpoint is for {state_dict.get('type')!r}, this game runs {type(self).__name__!r}")
-        if "identity" in state_dict:  # absent in older checkpoints: their type was all they recorded
-            difference = _difference(state_dict["identity"], self.identity(), "")
-            if difference:
-                raise ValueError(f"checkpoint is from another run: {difference}")
+        if "identity" not in state_dict:
+            raise ValueError(
+                f"{path}: the checkpoint does not record the run that saved it ('identity'): it was written by a "
+                f"development version of gameopt before 0.1, whose checkpoints do not load; nothing changed"
+            )
+        difference = _difference(state_dict["identity"], self.identity(), "")
+        if difference:
+            raise ValueError(f"checkpoint is from another run: {difference}")
         groups = state_dict.get("param_groups")
         if not isinstance(groups, list) or len(groups) != len(self.param_groups):
             got = len(groups) if isinstance(groups, list) else type(groups).__name__
