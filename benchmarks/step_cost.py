@@ -636,8 +636,8 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
 
     def with_algorithm() -> object:
         oracle = StepOracle(context, losses, True)
-        alg.check_groups()
-        alg.sync_rule()
+        alg._check_groups()
+        alg._sync_rule()
         delta, _ = alg.update(oracle, game.algorithm_state)
         if not all_finite(delta):
             raise RuntimeError("not finite")
@@ -648,8 +648,8 @@ def small_breakdown(rounds: int, target: float) -> list[Callable[[], Result]]:
         if not watch.intact():
             raise RuntimeError("stale")
         oracle = StepOracle(context, losses, True)
-        alg.check_groups()
-        alg.sync_rule()
+        alg._check_groups()
+        alg._sync_rule()
         old = game.algorithm_state
         delta, new = alg.update(oracle, old)
         game_module._check_update("SimGD", oracle, delta, new, old, layout)

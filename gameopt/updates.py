@@ -23,8 +23,8 @@ The learning rate is applied by the algorithm afterwards: ``w ← w − η · ou
 
 Each rule owns its state, typed by a ``TypedDict`` (:class:`AdamState`, ...): what
 it holds, how it follows the parameters when the players' layout changes
-(:meth:`UpdateRule.carry`) and how a checkpoint's is checked
-(:meth:`UpdateRule.check_loaded`); the game and the checkpoints ask the rule, and
+(:meth:`~gameopt.UpdateRule.carry`) and how a checkpoint's is checked
+(:meth:`~gameopt.UpdateRule.check_loaded`); the game and the checkpoints ask the rule, and
 never read its keys.
 """
 
@@ -56,7 +56,7 @@ def next_count(t: int | list[Tensor]) -> int | Vec:
     """A step count after one more step: one number for all elements, or (once
     parameters joined at different steps) one per element, a joint vector (a count
     its owner declares in ``counts`` becomes one per element when a parameter joins:
-    see :meth:`UpdateRule.carry`)."""
+    see :meth:`~gameopt.UpdateRule.carry`)."""
     return t + 1 if isinstance(t, int) else Vec(c + 1 for c in t)
 
 
@@ -98,7 +98,7 @@ class AdamState(TypedDict):
     m: Vec
     #: the second moment
     v: Vec
-    #: steps taken: one count, or one per element once parameters joined later
+    #: the steps taken (one count, or one per element once parameters joined later)
     t: int | Vec
 
 
@@ -143,7 +143,8 @@ class UpdateRule(Generic[RS]):
     * ``counts``: the step counts of its state, each with the joint vector whose
       elements it counts (Adam's ``{"t": "m"}``). A parameter that joins a running
       game starts its own count from 0, as under torch.optim: the count becomes one
-      per element (:func:`next_count` and :func:`stepped` take either form).
+      per element (:func:`~gameopt.updates.next_count` and :func:`~gameopt.updates.stepped`
+      take either form).
     * :meth:`carry` and :meth:`check_loaded`: how the state follows the parameters
       into a new layout, and how a checkpoint's state is checked. The defaults carry
       every joint vector by parameter and each declared count, and check the
@@ -179,7 +180,7 @@ class UpdateRule(Generic[RS]):
         new layout) with each surviving parameter's values of ``old`` (the state
         before, its joint vectors taken apart by parameter), each step count of
         :attr:`counts` per element once a parameter joined, other values as ``old``
-        holds them (see :class:`~gameopt.state.Carry`)."""
+        holds them (see ``gameopt.state.Carry``)."""
         return cast(RS, carry.state(old, fresh, self.counts))
 
     def check_loaded(self, live: RS, saved: Any, path: str) -> RS:
@@ -194,7 +195,7 @@ class UpdateRule(Generic[RS]):
 
     def check_state(self, state: Any, path: str) -> None:
         """Raise ``ValueError`` naming the entry if a loaded state holds impossible
-        values: a negative step count (:attr:`counts`) or second moment (:attr:`nonnegative`)."""
+        values: a negative step count (``counts``) or second moment (``nonnegative``)."""
         if not isinstance(state, dict):
             return
         check_counts(state, self.counts, path)
@@ -617,7 +618,7 @@ class PerPlayer(UpdateRule[PerPlayerState]):
         return out, {"players": new}
 
     def part(self, state: PerPlayerState, i: int, views: Views) -> State:
-        """Player ``i``'s part of its own rule's state (its rule's :meth:`~UpdateRule.part`)."""
+        """Player ``i``'s part of its own rule's state (its rule's :meth:`~gameopt.UpdateRule.part`)."""
         return self.rules[i].part(state["players"][i], i, views)
 
     def with_part(

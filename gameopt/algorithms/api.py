@@ -30,7 +30,7 @@ What it holds (each name documented where it is defined):
   memory flags it declares (:func:`gameopt.updates.apply`). A rule owns its state:
   it declares its step counts (``counts``) and may override how the state follows
   the parameters into a new layout (``carry``, given a ``Carry``:
-  :class:`gameopt.state.Carry`) and how a checkpoint's is checked
+  ``gameopt.state.Carry``) and how a checkpoint's is checked
   (``check_loaded``); ``rule.part``/``rule.with_part`` are one player's part of it;
 * ``FeasibleSet`` and ``Constraint``: the contract of a player's feasible set
   (:class:`gameopt.constraints.FeasibleSet`, :class:`gameopt.constraints.Constraint`),
@@ -45,12 +45,12 @@ What it holds (each name documented where it is defined):
   instead of the borrowed gradient buffer, for a state to keep);
 * the step counts of a state (``next_count``, ``stepped``: one count for all
   elements, or one per element once parameters joined a running game);
-* the linear solvers ``cg`` and ``gmres`` on joint vectors (:mod:`gameopt.linalg`),
+* the linear solvers ``cg`` and ``gmres`` on joint vectors (``gameopt.linalg``),
   with ``MatVec`` (an operator) and ``BreakdownError``, and ``check_zero_sum``
-  (refuse losses that are not (f, −f): :func:`gameopt.evaluation.check_zero_sum`);
+  (refuse losses that are not (f, −f): ``gameopt.evaluation.check_zero_sum``);
 * the argument checks ``check_number``, ``check_bool`` and ``check_per_player``.
 
-The built-in algorithms (every other module of :mod:`gameopt.algorithms`) import
+The built-in algorithms (every other module of ``gameopt.algorithms``) import
 gameopt's names only from here; a test keeps it so.
 """
 
@@ -120,9 +120,9 @@ State = dict[str, Any]
 
 class Layout(Protocol):
     """What an algorithm reads of the game's joint layout (``oracle.layout``,
-    ``game.layout``; the game's is a :class:`gameopt.layout.JointLayout`)."""
+    ``game.layout``; the game's is a ``gameopt.layout.JointLayout``)."""
 
-    #: the joint storage: the current point (read only; return a step instead)
+    #: the joint storage, the current point (read only; return a step instead)
     data: Vec
     num_players: int
     #: the number of parameter elements of all players

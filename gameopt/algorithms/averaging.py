@@ -117,10 +117,10 @@ class Averaging(Wrapper[AveragingState]):
                 f"not the iterate, so {why}; nothing changed. Call it after the block"
             )
 
-    def check_groups(self) -> None:
-        """:meth:`Wrapper.check_groups`, refused inside :meth:`averaged` (a step's first call)."""
+    def _check_groups(self) -> None:
+        """The param groups' check, refused inside :meth:`averaged` (a step's first call)."""
         self._refuse_in_block("a step", "it would start from w̄ and the block would undo its move, not its state")
-        super().check_groups()
+        super()._check_groups()
 
     def identity(self) -> dict[str, Any]:
         """:meth:`Wrapper.identity`, refused inside :meth:`averaged`: every checkpoint

@@ -10,7 +10,6 @@ statistics) by name. :func:`check_state_dict` checks everything before
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,21 +70,18 @@ def check_state_dict(
     missing = {"players", "algorithm", "skipped_steps", "loss_scale"} - set(state_dict)
     if missing:
         raise ValueError(f"the state_dict lacks {sorted(missing)}")
+    # the algorithm first: it tells a checkpoint of another format or run
+    algorithm._check_state_dict(state_dict["algorithm"], algorithm_state)
     saved_players = state_dict["players"]
     if not isinstance(saved_players, list) or len(saved_players) != len(players):
         got = f"{len(saved_players)} players" if isinstance(saved_players, list) else type(saved_players).__name__
         raise ValueError(f"players: expected {len(players)} players, got {got}")
-    # a checkpoint without the algorithm's identity keeps default player names as they
-    # are (not made unique): a player whose name the game suffixed matches its base name
-    saved_algorithm = state_dict["algorithm"]
-    legacy = isinstance(saved_algorithm, dict) and "identity" not in saved_algorithm
     for k, (p, mine, saved) in enumerate(zip(players, _players_state(players), saved_players)):
         if not isinstance(saved, dict):
             raise ValueError(f"players[{k}]: expected a dict, got {type(saved).__name__}")
-        if saved.get("name") != p.name and not (legacy and saved.get("name") == _base_name(p)):
+        if saved.get("name") != p.name:
             raise ValueError(f"checkpoint player {saved.get('name')!r} does not match player {p.name!r}")
         check_like(mine, saved, f"players[{k}]")
-    algorithm.check_state_dict(state_dict["algorithm"], algorithm_state)
     check_number("skipped_steps", state_dict["skipped_steps"], low=0, integer=True)
     if (loss_scale is None) != (state_dict["loss_scale"] is None):
         raise ValueError("loss_scale: the checkpoint and the game differ in using a DynamicLossScale")
@@ -132,9 +128,3 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
             if b is not None and name in keep:
                 out[f"{prefix}.{name}" if prefix else name] = b
     return out
-
-
-def _base_name(player: Player) -> str:
-    """A player's name before the game made it unique (a default name suffixed with
-    ``_<index in the game>``)."""
-    return player.name if player.name_given else re.sub(r"_\d+$", "", player.name)

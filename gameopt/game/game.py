@@ -221,7 +221,7 @@ class Game:
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
         with deferred_interrupts():  # the algorithm, its state and the optimizer change together
-            algorithm.bind(self)
+            algorithm._bind(self)
             state = algorithm.init_state(self)
             self._algorithm = algorithm
             #: the algorithm's state, the run's memory (a plain dict typed by the
@@ -403,7 +403,7 @@ class Game:
             self._build_layout()
             fresh = self.algorithm.init_state(self)
             self.algorithm_state = self.algorithm._carry_state(parts, fresh, relayout.ParameterCarry(self.layout))
-            self.algorithm.refresh_params(self)
+            self.algorithm._refresh_params(self)
         log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
 
     @contextlib.contextmanager
@@ -540,8 +540,8 @@ class Game:
         committed = False
         try:
             self._step_buffers = buffers  # a step runs (see stepping); what a call from the losses sees
-            algorithm.check_groups()  # lr and every scheduled value, whoever set it
-            algorithm.sync_rule()  # scheduled betas, momentum, decay
+            algorithm._check_groups()  # lr and every scheduled value, whoever set it
+            algorithm._sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
             new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self._moves)
             # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)

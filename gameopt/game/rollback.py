@@ -22,7 +22,7 @@ class Rollback:
         self._names = [(p, p.name) for p in players]
         # each buffer's storage as it is now (kept alive), for the joint layout moves it
         self._homes = [(b, b.data.detach(), b.grad) for p in players for b in p.buffers]
-        self._binding = algorithm.save_binding() if isinstance(algorithm, Algorithm) else None
+        self._binding = algorithm._save_binding() if isinstance(algorithm, Algorithm) else None
         self._wrapped: list[Player] = []
 
     def player(self, p: Player | nn.Module) -> Player:
