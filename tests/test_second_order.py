@@ -558,7 +558,7 @@ def _dense_jacobian(game):
 
     def xi(flat):
         values = torch.split(flat, [p.numel() for p in params])
-        with substituted(game._problem, {id(p): t.view(p.shape) for p, t in zip(params, values)}):
+        with substituted(game.step_context.problem, {id(p): t.view(p.shape) for p, t in zip(params, values)}):
             losses = game.losses()
         grads = []
         for i, loss in enumerate(losses):
@@ -620,7 +620,7 @@ def test_general_sga_evaluates_the_losses_once_per_step() -> None:
         losses = game.losses
         game.losses = lambda losses=losses: calls.append(1) or losses()
         game.algorithm = gameopt.SGA(0.1)
-        game._forward_mode.ok = forward_mode
+        game.step_context.problem.forward_mode.ok = forward_mode
         calls.clear()
         game.step()
         assert len(calls) == 1
@@ -677,7 +677,7 @@ def test_sga_jvp_forward_without_forward_mode_ad_is_refused_and_changes_nothing(
     game.step()
     before = game.state_dict()
     if cause == "earlier":
-        game._forward_mode.ok = False
+        game.step_context.problem.forward_mode.ok = False
         match = "an op without a forward-mode formula, met at an earlier product"
     else:
         import gameopt.autodiff.linearization as linearization
