@@ -293,7 +293,7 @@ class Player:
 
     def registry_watch(self) -> RegistryWatch:
         """What :meth:`registry_intact` compares, for a caller that checks several
-        players in one pass (:meth:`RegistryWatch.joined`): the registries, the names
+        players in one pass (``RegistryWatch.joined``): the registries, the names
         looked up in them and the values found there at fusing; the registries and
         their sizes; the parameters whose ``requires_grad`` is watched and their flags.
         Valid until the player re-fuses (a new ``buffers`` tuple)."""

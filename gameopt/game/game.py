@@ -518,7 +518,7 @@ class Game:
         the layout is rebuilt, the algorithm state carried by parameter), asks the
         algorithm for ``(delta, new_state)`` through a :class:`~gameopt.game.StepOracle`,
         checks both (finite; no borrowed vector kept), moves the parameters by
-        ``delta`` through their feasible sets (:meth:`move`) and commits the new
+        ``delta`` through their feasible sets (``Moves.move``) and commits the new
         state. On any error the parameters, the algorithm state and the module
         buffers stay as they were; a non-finite step raises :class:`NonFiniteError`,
         or is skipped (``on_nonfinite="skip"``, or an overflow under a loss scale).
@@ -656,7 +656,7 @@ class Game:
     # ------------------------------------------- read only: for tests and tools
     @property
     def step_context(self) -> StepContext:
-        """All that an :class:`~gameopt.game.Oracle` sees of this game, for its current
+        """All that an :class:`~gameopt.game.StepOracle` sees of this game, for its current
         layout: ``StepOracle(game.step_context, closure)`` is the oracle a step hands its
         algorithm (``gameopt.testing.oracle(game)`` builds one), and its ``problem``
         is what :mod:`gameopt.autodiff` sees of the game. For tests of an algorithm's
