@@ -208,7 +208,7 @@ GENERIC = {"UpdateRule", "PerPlayer", "apply", "next_count", "stepped", "rule_fr
 
 def _keys_of_rules() -> set[str]:
     like = [torch.zeros(3)]
-    rules = [gameopt.Plain(), gameopt.Momentum(), gameopt.Adam(), gameopt.RMSProp(), gameopt.updates.NuPI()]
+    rules = [gameopt.Plain(), gameopt.Momentum(), gameopt.Adam(), gameopt.RMSProp(), gameopt.NuPI()]
     return {k for r in rules for k in r.init(like)}
 
 
