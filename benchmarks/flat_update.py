@@ -8,7 +8,7 @@ model (about 10^7 parameters in 4 ``Linear(1600, 1600)``), time
 
 implemented as
 
-* **fused**: single-tensor ops on ``player.params`` / ``player.grad`` (tensors
+* **fused**: single-tensor ops on ``player.flat_param`` / ``player.grad`` (tensors
   fetched once; a second row fetches them through the properties on every call,
   and a third uses ``Player(module, align=64)``);
 * **loop**: a Python loop over the parameters of an unfused copy of the model;
@@ -105,8 +105,8 @@ class Setup:
         self.player.grad.copy_(torch.randn(self.player.grad.shape))
         self.player64 = gameopt.Player(copy.deepcopy(module), align=64)
         self.player64.grad.copy_(torch.randn(self.player64.grad.shape))
-        self.P, self.G = self.player.params, self.player.grad
-        self.P64, self.G64 = self.player64.params, self.player64.grad
+        self.P, self.G = self.player.flat_param, self.player.grad
+        self.P64, self.G64 = self.player64.flat_param, self.player64.grad
         assert self.P.numel() == self.n and self.P.is_contiguous()
 
         # the bandwidth limit: plain contiguous tensors of the same size
@@ -136,7 +136,7 @@ class Setup:
             self.P.add_(self.G, alpha=-LR)
 
         def fused_props() -> None:
-            player.params.add_(player.grad, alpha=-LR)
+            player.flat_param.add_(player.grad, alpha=-LR)
 
         def fused_align() -> None:
             self.P64.add_(self.G64, alpha=-LR)
@@ -156,8 +156,8 @@ class Setup:
 
         pad = self.P64.numel() - self.n
         return {
-            "fused (player.params/.grad)": (fused, "tensors fetched once"),
-            "fused via properties per call": (fused_props, "player.params, player.grad each call"),
+            "fused (player.flat_param/.grad)": (fused, "tensors fetched once"),
+            "fused via properties per call": (fused_props, "player.flat_param, player.grad each call"),
             "fused, align=64": (fused_align, f"+{pad} padding elements"),
             "per-parameter loop": (loop, ""),
             "torch._foreach_add_": (foreach, ""),
@@ -209,7 +209,7 @@ class Setup:
 
     def check_equivalence(self) -> None:
         """Sanity checks: the per-tensor axpy variants compute the flat update, and
-        ``player.params`` is the module's storage."""
+        ``player.flat_param`` is the module's storage."""
         for name, (fn, _) in self.axpy_candidates().items():
             if not name.startswith(("per-parameter", "torch._foreach", "cat")):
                 continue
@@ -220,7 +220,7 @@ class Setup:
             torch.testing.assert_close(after, before - LR * grads, msg=f"{name} computes a different update")
         for player in (self.player, self.player64):
             first = next(player.module.parameters())
-            assert first.data_ptr() == player.params.data_ptr(), "player.params is not the module's storage"
+            assert first.data_ptr() == player.flat_param.data_ptr(), "player.flat_param is not the module's storage"
 
 
 # --------------------------------------------------------------------------- main
@@ -296,11 +296,11 @@ def goals(results: list[Result]) -> list[str]:
         return "PASS" if ok else "MISS"
 
     for label in ("many-tensor", "big"):
-        for op, fused in (("axpy", "fused (player.params/.grad)"), ("adam", "fused (flat m, v; in place)")):
+        for op, fused in (("axpy", "fused (player.flat_param/.grad)"), ("adam", "fused (flat m, v; in place)")):
             r = by[(f"{label}/{op}", fused)]
             lines.append(f"  {verdict(r <= 1.1)}  {label}/{op}: fused within 1.1x of the limit ({r:.3f})")
     for op, fused, loop, fe in (
-        ("axpy", "fused (player.params/.grad)", "per-parameter loop", "torch._foreach_add_"),
+        ("axpy", "fused (player.flat_param/.grad)", "per-parameter loop", "torch._foreach_add_"),
         ("adam", "fused (flat m, v; in place)", "per-parameter loop", "torch._foreach_* Adam"),
     ):
         g = f"many-tensor/{op}"

@@ -206,7 +206,7 @@ def bandwidth(device: torch.device, quick: bool, rounds: int, target: float) -> 
     torch.manual_seed(0)
     m = nn.ParameterList([nn.Parameter(torch.randn(n // 4, device=device) * 0.01) for _ in range(4)])
     player = gameopt.Player(m)
-    flat, grad = player.params, player.grad
+    flat, grad = player.flat_param, player.grad
     grad.normal_()
     a, b = torch.randn(n, device=device), torch.randn(n, device=device)
     limit = synced(lambda: a.add_(b, alpha=1e-9), device)

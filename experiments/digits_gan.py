@@ -130,7 +130,7 @@ class Setup:
     def params_digest(self) -> str:
         h = hashlib.sha256()
         for p in self.game.players:
-            h.update(p.params.detach().numpy().tobytes())
+            h.update(p.flat_param.detach().numpy().tobytes())
         return h.hexdigest()
 
 

@@ -118,11 +118,11 @@ def segment_view(chunk: Tensor, seg: Segment) -> Tensor:
     return chunk.view([seg.shape[d] for d in order]).permute(inverse)
 
 
-_STALE_HINT = "take player.params (or player.buffers[i].data) again and build the optimizer on it"
+_STALE_HINT = "take player.flat_param (or player.buffers[i].data) again and build the optimizer on it"
 
 
 class FlatParameter(Tensor):
-    """The flat parameter tensor of a :class:`~gameopt.buffer.FlatBuffer` (``player.params``).
+    """The flat parameter tensor of a :class:`~gameopt.buffer.FlatBuffer` (``player.flat_param``).
 
     A plain 1-D tensor (``requires_grad=False``, a leaf) over the buffer's storage:
     in-place writes are what the module computes with, and it shares the version
@@ -130,8 +130,8 @@ class FlatParameter(Tensor):
     read through the player (so a module converted or changed since fusing is
     re-fused first); assigning ``None`` (what ``optimizer.zero_grad()`` does)
     zeroes the flat gradient in place and keeps every link, so the next backward
-    accumulates into zeros. So ``torch.optim.Adam([player.params])``,
-    ``LBFGS([player.params])`` and ``clip_grad_norm_([player.params], c)`` work
+    accumulates into zeros. So ``torch.optim.Adam([player.flat_param])``,
+    ``LBFGS([player.flat_param])`` and ``clip_grad_norm_([player.flat_param], c)`` work
     like their per-parameter versions on the module. Padding (``align=``) reads as
     zero gradient and stays zero under the usual optimizers.
 

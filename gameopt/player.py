@@ -359,7 +359,7 @@ class Player:
         A parameter added (or unfrozen) since joins the buffers with its current
         value; one frozen, removed or replaced leaves them with its own copy of its
         value and gradient. Python identity of every parameter is kept, and so are
-        the flat parameter tensors (``player.params``, ``buffers[i].data``) where a
+        the flat parameter tensors (``player.flat_param``, ``buffers[i].data``) where a
         group's parameters stay in one group. Raises a ``RuntimeError`` saying what
         happened if re-fusing is impossible.
         """
@@ -384,10 +384,10 @@ class Player:
         return self.buffers[0]
 
     @property
-    def params(self) -> Tensor:
+    def flat_param(self) -> Tensor:
         """The flat parameter tensor, a :class:`~gameopt.buffer.FlatParameter`, is the
         storage itself, so writes reach the module, and a tensor any ``torch.optim``
-        optimizer takes (``torch.optim.Adam([player.params])``, LBFGS included):
+        optimizer takes (``torch.optim.Adam([player.flat_param])``, LBFGS included):
         its ``.grad`` is :attr:`grad`. It is the same object for the player's whole
         life: it follows the parameters into a game's joint storage and through
         re-fusing (one that cannot follow raises when used, never trains nothing).

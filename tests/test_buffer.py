@@ -47,7 +47,7 @@ def test_scalar_and_empty_parameters_fuse_and_get_their_gradients() -> None:
     ref = copy.deepcopy(m)
     player = Player(m)
     assert player.numel == 5 and m.s.shape == () and m.e.shape == (0, 3)
-    assert torch.equal(player.params, cat_flat(ref.parameters()))
+    assert torch.equal(player.flat_param, cat_flat(ref.parameters()))
     (m.s * m.v.sum() + m.e.sum()).backward()
     (ref.s * ref.v.sum() + ref.e.sum()).backward()
     assert torch.equal(player.grad, cat_grads(ref))
@@ -155,7 +155,7 @@ def test_sparse_embedding_gradients_are_densified_into_the_buffer() -> None:
         assert torch.allclose(player.grad, cat_grads(ref), rtol=1e-12, atol=0)
         opt.step()
         ref_opt.step()
-        assert torch.allclose(player.params, cat_flat(ref.parameters()), rtol=1e-12, atol=0)
+        assert torch.allclose(player.flat_param, cat_flat(ref.parameters()), rtol=1e-12, atol=0)
 
 
 # ------------------------------------------- in-place landing, no reallocation
@@ -180,7 +180,7 @@ def test_gradients_stay_in_place_across_zero_grad_set_to_none() -> None:
         assert torch.equal(grad_flat, cat_grads(ref))
         opt.step()
         ref_opt.step()
-        assert torch.equal(player.params, cat_flat(ref.parameters()))
+        assert torch.equal(player.flat_param, cat_flat(ref.parameters()))
     assert player.grad.data_ptr() == grad_flat.data_ptr()
 
 
@@ -278,15 +278,15 @@ def test_align_padding_stays_zero_and_reductions_match() -> None:
         assert torch.equal(player.grad[~pad], cat_grads(ref))
         opt.step()
         ref_opt.step()
-        assert torch.equal(player.params[pad], torch.zeros(int(pad.sum()), dtype=F64))
-        assert torch.allclose(player.params[~pad], cat_flat(ref.parameters()), rtol=1e-12, atol=0)
+        assert torch.equal(player.flat_param[pad], torch.zeros(int(pad.sum()), dtype=F64))
+        assert torch.allclose(player.flat_param[~pad], cat_flat(ref.parameters()), rtol=1e-12, atol=0)
     assert_fused(player)
     # whole-buffer reductions see only the parameters
     rp, rg = cat_flat(ref.parameters()), cat_grads(ref)
-    assert torch.allclose(player.params.dot(player.params), rp.dot(rp), rtol=1e-12, atol=0)
-    assert torch.allclose(player.params.dot(player.grad), rp.dot(rg), rtol=1e-12, atol=0)
+    assert torch.allclose(player.flat_param.dot(player.flat_param), rp.dot(rp), rtol=1e-12, atol=0)
+    assert torch.allclose(player.flat_param.dot(player.grad), rp.dot(rg), rtol=1e-12, atol=0)
     assert torch.allclose(torch.linalg.vector_norm(player.grad), torch.linalg.vector_norm(rg), rtol=1e-12, atol=0)
-    assert torch.allclose(player.params.abs().max(), rp.abs().max())
+    assert torch.allclose(player.flat_param.abs().max(), rp.abs().max())
 
 
 @pytest.mark.parametrize("align", [0, -8, 2.5, "64", 3])
@@ -320,7 +320,7 @@ def test_channels_last_conv_weight_keeps_its_strides(set_to_none: bool) -> None:
             assert torch.allclose(p.grad, q.grad, rtol=1e-12, atol=0)
     # the flat buffer is the raw storage: a weight's segment holds it in memory (NHWC) order
     seg = player.buffers[0].segments[0]
-    raw = player.params[seg.offset : seg.offset + seg.numel]
+    raw = player.flat_param[seg.offset : seg.offset + seg.numel]
     assert torch.equal(raw, m[0].weight.detach().permute(0, 2, 3, 1).reshape(-1))
 
 
@@ -357,11 +357,11 @@ def test_non_dense_parameter_is_stored_densely() -> None:
 def test_in_place_change_between_forward_and_backward_is_caught() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    assert all(p._version == player.params._version for p in m.parameters())
+    assert all(p._version == player.flat_param._version for p in m.parameters())
     x = torch.randn(4, 1, dtype=F64)
     out = m(x).pow(2).sum()  # tanh and the weights are saved for backward
     with torch.no_grad():
-        player.params.mul_(2.0)  # naive p.data = view: silently wrong gradients
+        player.flat_param.mul_(2.0)  # naive p.data = view: silently wrong gradients
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.backward()
 
@@ -369,11 +369,11 @@ def test_in_place_change_between_forward_and_backward_is_caught() -> None:
 def test_in_place_change_through_the_module_bumps_the_flat_version() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    version = player.params._version
+    version = player.flat_param._version
     with torch.no_grad():
         m[2].bias.add_(1.0)
-    assert player.params._version > version
-    assert m[0].weight._version == player.params._version
+    assert player.flat_param._version > version
+    assert m[0].weight._version == player.flat_param._version
 
 
 # --------------------------------------------------------- fusing a live graph

@@ -41,14 +41,14 @@ def test_fused_buffers_live_on_the_device_and_train() -> None:
     m(x).square().sum().backward()
     grads = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
     assert torch.equal(player.grad, grads)
-    before = player.params.clone()
+    before = player.flat_param.clone()
     other = nn.Linear(3, 1).to(DEVICE)
     game = gameopt.Game(
         [player, other], lambda: [m(x).square().mean(), other(m(x)).mean()], algorithm=gameopt.SimGD(0.1)
     )
     xi = game.vector_field()[0]
     game.step()
-    torch.testing.assert_close(player.params, before - 0.1 * xi)
+    torch.testing.assert_close(player.flat_param, before - 0.1 * xi)
 
 
 def _assert_device_matches_cpu(game_name: str, make) -> None:
@@ -122,9 +122,9 @@ def test_jacobian_products_through_a_conv_gan_on_the_device() -> None:
     rhs = sum((a * b).sum() for a, b in zip(jtu, v))
     torch.testing.assert_close(lhs, rhs, rtol=1e-9, atol=1e-12)
     game.algorithm = gameopt.ConsensusOptimization(1e-3, gamma=0.5)  # bound by the assignment
-    before = [p.params.clone() for p in game.players]
+    before = [p.flat_param.clone() for p in game.players]
     game.step()
-    assert all(not torch.equal(b, p.params) for b, p in zip(before, game.players))
+    assert all(not torch.equal(b, p.flat_param) for b, p in zip(before, game.players))
 
 
 @pytest.mark.parametrize("where", ["device to cpu", "cpu to device"])

@@ -3,7 +3,7 @@
 The fused parameters are views of the flat buffers and their ``.grad`` views of the
 flat gradient (gameopt/buffer.py), so ``torch.optim`` (every mode), ``torch.compile``,
 autocast, activation checkpointing, ``copy.deepcopy`` and ``state_dict`` work on the
-module as on an unfused one. ``player.params`` (a ``gameopt.buffer.FlatParameter``) is
+module as on an unfused one. ``player.flat_param`` (a ``gameopt.buffer.FlatParameter``) is
 the storage as one tensor: an optimizer built on it trains the module like one built on
 ``module.parameters()``, and it follows the parameters through conversions, re-fusing
 and into a game, or raises when it cannot.
@@ -35,7 +35,7 @@ F64 = torch.float64
 def test_params_and_the_module_share_storage_both_ways() -> None:
     m = tiny_mlp()
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     with torch.no_grad():
         flat[0] = 5.0  # first weight entry
         flat[-1] = -3.0  # last bias
@@ -45,8 +45,8 @@ def test_params_and_the_module_share_storage_both_ways() -> None:
         m[2].weight.mul_(0.0)
     assert torch.equal(flat[10:20], torch.full((10,), 2.0))
     assert torch.equal(flat[20:30], torch.zeros(10))
-    assert player.params.data_ptr() == flat.data_ptr()  # the same tensor every time
-    assert torch.equal(player.params, cat_flat(m.parameters()))
+    assert player.flat_param.data_ptr() == flat.data_ptr()  # the same tensor every time
+    assert torch.equal(player.flat_param, cat_flat(m.parameters()))
 
 
 def test_deepcopy_of_a_fused_module_is_independent() -> None:
@@ -54,10 +54,10 @@ def test_deepcopy_of_a_fused_module_is_independent() -> None:
     player = Player(m)
     x = torch.randn(3, 1, dtype=F64)
     m(x).sum().backward()
-    values, grads = player.params.clone(), player.grad.clone()
+    values, grads = player.flat_param.clone(), player.grad.clone()
     twin = copy.deepcopy(m)
     assert torch.equal(cat_flat(twin.parameters()), values)
-    assert not any(inside(p, player.params) for p in twin.parameters())
+    assert not any(inside(p, player.flat_param) for p in twin.parameters())
     with torch.no_grad():
         for p in twin.parameters():
             p.add_(1.0)
@@ -65,10 +65,10 @@ def test_deepcopy_of_a_fused_module_is_independent() -> None:
     twin(x).pow(3).sum().backward()
     torch.optim.SGD(twin.parameters(), lr=1.0).step()
     assert not any(inside(p.grad, player.buffers[0].grad) for p in twin.parameters())
-    assert torch.equal(player.params, values) and torch.equal(player.grad, grads)
+    assert torch.equal(player.flat_param, values) and torch.equal(player.grad, grads)
     # the copy can be fused on its own
     twin_player = Player(twin)
-    assert twin_player.params.data_ptr() != player.params.data_ptr()
+    assert twin_player.flat_param.data_ptr() != player.flat_param.data_ptr()
     assert_fused(twin_player)
     assert_fused(player)
 
@@ -76,10 +76,10 @@ def test_deepcopy_of_a_fused_module_is_independent() -> None:
 def test_state_dict_save_load_round_trip_keeps_the_link(tmp_path) -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    values = player.params.clone()
+    values = player.flat_param.clone()
     torch.save(m.state_dict(), tmp_path / "m.pt")
     with torch.no_grad():
-        player.params.zero_()
+        player.flat_param.zero_()
     ptrs = [p.data_ptr() for p in m.parameters()]
     sd = torch.load(tmp_path / "m.pt", weights_only=True)
     assert set(sd) == {"0.weight", "0.bias", "2.weight", "2.bias"}
@@ -87,7 +87,7 @@ def test_state_dict_save_load_round_trip_keeps_the_link(tmp_path) -> None:
     m.load_state_dict(sd)
     assert [p.data_ptr() for p in m.parameters()] == ptrs
     assert player.why_stale() is None
-    assert torch.equal(player.params, values)
+    assert torch.equal(player.flat_param, values)
     fresh = tiny_mlp(F64, seed=3)
     fresh.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True))
     assert torch.equal(cat_flat(fresh.parameters()), values)
@@ -100,12 +100,12 @@ def test_plain_load_state_dict_copies_in_place_and_keeps_the_link() -> None:
     other = tiny_mlp(F64, seed=1)
     player = Player(m)
     ptrs = [p.data_ptr() for p in m.parameters()]
-    flat = player.params
+    flat = player.flat_param
     m.load_state_dict(other.state_dict())
     assert [p.data_ptr() for p in m.parameters()] == ptrs
     assert player.why_stale() is None and player.refresh() is False
-    assert player.params is flat or player.params.data_ptr() == flat.data_ptr()
-    assert torch.equal(player.params, cat_flat(other.parameters()))
+    assert player.flat_param is flat or player.flat_param.data_ptr() == flat.data_ptr()
+    assert torch.equal(player.flat_param, cat_flat(other.parameters()))
 
 
 # -------------------------------------- torch.optim on the module's parameters
@@ -124,7 +124,7 @@ def test_torch_optim_steps_match_an_unfused_module(opt_name: str, mode: str) -> 
     m = tiny_mlp(F64)
     ref = copy.deepcopy(m)
     player = Player(m)
-    flat, flat_grad = player.params, player.grad
+    flat, flat_grad = player.flat_param, player.grad
     opt = OPTIMIZERS[opt_name](m.parameters(), **MODES[mode])
     ref_opt = OPTIMIZERS[opt_name](ref.parameters(), **MODES[mode])
     x = torch.linspace(-1, 1, 8, dtype=F64).unsqueeze(1)
@@ -139,7 +139,7 @@ def test_torch_optim_steps_match_an_unfused_module(opt_name: str, mode: str) -> 
         ref_opt.step()
         torch.testing.assert_close(flat, cat_flat(ref.parameters()), rtol=1e-13, atol=1e-15)
         assert all(inside(p, flat) for p in m.parameters())
-    assert player.params.data_ptr() == flat.data_ptr() and player.grad.data_ptr() == flat_grad.data_ptr()
+    assert player.flat_param.data_ptr() == flat.data_ptr() and player.grad.data_ptr() == flat_grad.data_ptr()
     assert_fused(player)
     assert not torch.equal(flat, cat_flat(tiny_mlp(F64).parameters()))  # it did move
 
@@ -170,10 +170,10 @@ def test_torch_compile_trains_through_the_buffer() -> None:
             torch.testing.assert_close(player.grad, cat_grads(ref))
             opt.step()
             ref_opt.step()
-            torch.testing.assert_close(player.params, cat_flat(ref.parameters()))
+            torch.testing.assert_close(player.flat_param, cat_flat(ref.parameters()))
         # writes to the flat buffer reach the compiled module too
         with torch.no_grad():
-            player.params.zero_()
+            player.flat_param.zero_()
         assert torch.equal(compiled(x), torch.zeros(8, 1))
     finally:
         torch._dynamo.reset()
@@ -262,7 +262,7 @@ def test_torch_optim_on_the_flat_parameter_matches_per_parameter(opt_name: str) 
     ref = copy.deepcopy(m)
     assert ref.inp.weight is ref.out.weight
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     assert flat.requires_grad is False and flat.is_leaf
     opt = FLAT_OPTIMIZERS[opt_name]([flat])
     ref_opt = FLAT_OPTIMIZERS[opt_name](ref.parameters())
@@ -276,7 +276,7 @@ def test_torch_optim_on_the_flat_parameter_matches_per_parameter(opt_name: str) 
         assert flat.grad is player.grad
         torch.testing.assert_close(flat.grad, cat_grads(ref), rtol=1e-12, atol=1e-14)
     assert not torch.allclose(flat, start)  # it did train
-    assert player.params is flat
+    assert player.flat_param is flat
     assert_fused(player)
 
 
@@ -284,7 +284,7 @@ def test_flat_parameter_grad_is_the_flat_gradient_across_zero_grad_and_assignmen
     m = tiny_mlp(F64)
     ref = copy.deepcopy(m)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     x = torch.linspace(-1, 1, 5, dtype=F64).unsqueeze(1)
     opt = torch.optim.SGD([flat], lr=0.1)
     for power in (2, 3):
@@ -322,7 +322,7 @@ def test_clip_grad_norm_on_the_flat_parameter_matches_per_parameter(norm_type: f
     x, y = _regression()
     for mod in (m, ref):
         (mod(x) - y).pow(2).sum().backward()
-    total = torch.nn.utils.clip_grad_norm_([player.params], 0.5, norm_type=norm_type)
+    total = torch.nn.utils.clip_grad_norm_([player.flat_param], 0.5, norm_type=norm_type)
     ref_total = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5, norm_type=norm_type)
     assert total > 0.5
     torch.testing.assert_close(total, ref_total, rtol=1e-12, atol=0)
@@ -336,14 +336,14 @@ def test_flat_parameter_with_align_padding_trains_like_the_module() -> None:
     player = Player(m, align=64)
     buf = player.buffers[0]
     assert buf.padded_numel > buf.num_elements
-    opt = torch.optim.Adam([player.params], lr=0.05)
+    opt = torch.optim.Adam([player.flat_param], lr=0.05)
     ref_opt = torch.optim.Adam(ref.parameters(), lr=0.05)
     x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
     for _ in range(3):
         _train(m, opt, x, x.sin())
         _train(ref, ref_opt, x, x.sin())
     assert torch.equal(cat_flat(m.parameters()), cat_flat(ref.parameters()))
-    assert torch.count_nonzero(player.params) == buf.num_elements - 0  # padding stayed zero
+    assert torch.count_nonzero(player.flat_param) == buf.num_elements - 0  # padding stayed zero
     assert_fused(player)
 
 
@@ -352,7 +352,7 @@ def test_flat_parameter_follows_a_conversion() -> None:
     m = tiny_mlp(torch.float32)
     ref = copy.deepcopy(m)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     opt = torch.optim.SGD([flat], lr=0.1)  # no state: it survives a dtype change
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     x = torch.linspace(-1, 1, 6).unsqueeze(1)
@@ -364,7 +364,7 @@ def test_flat_parameter_follows_a_conversion() -> None:
     for _ in range(3):
         _train(m, opt, x, x.cos())
         _train(ref, ref_opt, x, x.cos())
-    assert flat.dtype == F64 and player.params is flat
+    assert flat.dtype == F64 and player.flat_param is flat
     assert torch.equal(flat, cat_flat(ref.parameters())) and torch.equal(cat_flat(m.parameters()), flat)
     assert_fused(player)
 
@@ -372,7 +372,7 @@ def test_flat_parameter_follows_a_conversion() -> None:
 def test_flat_parameter_follows_load_state_dict_with_assign() -> None:
     m, other = tiny_mlp(F64, seed=0), tiny_mlp(F64, seed=1)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     m.load_state_dict(other.state_dict(), assign=True)  # new Parameter objects
     opt = torch.optim.SGD([flat], lr=0.1)
     ref_opt = torch.optim.SGD(other.parameters(), lr=0.1)
@@ -380,7 +380,7 @@ def test_flat_parameter_follows_load_state_dict_with_assign() -> None:
     for _ in range(2):
         _train(m, opt, x, x.cos())
         _train(other, ref_opt, x, x.cos())
-    assert player.params is flat and torch.equal(flat, cat_flat(other.parameters()))
+    assert player.flat_param is flat and torch.equal(flat, cat_flat(other.parameters()))
     assert_fused(player)
 
 
@@ -389,14 +389,14 @@ def test_flat_parameter_follows_into_a_game() -> None:
     m, rival = tiny_mlp(F64), nn.Linear(1, 1).double()
     ref = copy.deepcopy(m)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     opt = torch.optim.Adam([flat], lr=0.05)  # built before the game
     ref_opt = torch.optim.Adam(ref.parameters(), lr=0.05)
     x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
     _train(m, opt, x, x.sin())
     _train(ref, ref_opt, x, x.sin())
     game = gameopt.Game([player, rival], lambda: (m(x).pow(2).mean(), rival(x).pow(2).mean()))
-    assert player.params is flat
+    assert player.flat_param is flat
     assert inside(flat, game.layout.data[0]) and all(inside(p, game.layout.data[0]) for p in m.parameters())
     for _ in range(3):
         _train(m, opt, x, x.sin())
@@ -412,7 +412,7 @@ def test_frozen_parameter_leaves_the_flat_parameter_with_its_value_and_rejoins_w
     m = tiny_mlp(F64)
     ref = copy.deepcopy(m)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     opt = torch.optim.SGD([flat], lr=0.1)
     x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
     _train(m, opt, x, x.sin())
@@ -422,7 +422,7 @@ def test_frozen_parameter_leaves_the_flat_parameter_with_its_value_and_rejoins_w
     assert "'bias' of Linear was frozen" in player.why_stale()
     assert player.refresh() and player.numel == 21
     assert all(p is not frozen for p in player.parameters)
-    assert player.params is flat and flat.shape == (21,)
+    assert player.flat_param is flat and flat.shape == (21,)
     # it keeps its value and gradient, in memory of its own
     assert torch.equal(frozen, value) and torch.equal(frozen.grad, grad)
     assert not inside(frozen, flat) and not inside(frozen.grad, player.grad)
@@ -443,14 +443,14 @@ def test_frozen_parameter_leaves_the_flat_parameter_with_its_value_and_rejoins_w
     # unfreezing brings it back
     frozen.requires_grad_(True)
     assert "unfrozen" in player.why_stale()
-    assert player.refresh() and player.numel == 31 and inside(frozen, player.params)
+    assert player.refresh() and player.numel == 31 and inside(frozen, player.flat_param)
     assert_fused(player)
 
 
 def test_optimizer_on_the_flat_parameter_notices_a_freeze_by_itself() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     opt = torch.optim.SGD([flat], lr=0.1)
     x = torch.linspace(-1, 1, 6, dtype=F64).unsqueeze(1)
     m[0].bias.requires_grad_(False)
@@ -471,7 +471,7 @@ def test_optimizer_on_the_flat_parameter_notices_a_freeze_by_itself() -> None:
 def test_flat_parameter_split_across_groups_raises_and_the_per_group_tensors_train() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     opt = torch.optim.SGD([flat], lr=0.1)
     m[2].float()  # the group splits in two: no single tensor can follow
     assert player.refresh()
@@ -480,7 +480,7 @@ def test_flat_parameter_split_across_groups_raises_and_the_per_group_tensors_tra
     with pytest.raises(RuntimeError, match="no longer holds"):
         flat.add_(1.0)
     with pytest.raises(ValueError, match="2 parameter groups"):
-        player.params  # noqa: B018
+        player.flat_param  # noqa: B018
     assert "stale" in repr(flat)
     # the per-group flat parameters train the module
     groups = [b.data for b in player.buffers]
@@ -497,14 +497,14 @@ def test_flat_parameter_split_across_groups_raises_and_the_per_group_tensors_tra
 def test_flat_parameter_held_by_a_graph_raises_instead_of_training_nothing() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    flat = player.params
+    flat = player.flat_param
     w = torch.ones(31, dtype=F64, requires_grad=True)
     kept = (flat * w).sum()  # the graph saves flat: it cannot move
     m.float()
     opt = torch.optim.SGD([flat], lr=0.1)
     with pytest.raises(RuntimeError, match="no longer holds"):
         opt.step()
-    assert player.params is not flat and player.params.dtype == torch.float32
+    assert player.flat_param is not flat and player.flat_param.dtype == torch.float32
     del kept
 
 
@@ -520,7 +520,7 @@ def test_stale_flat_parameter_of_a_standalone_flat_buffer_raises() -> None:
 # -------------------------------------------------------- pickling and copying
 def test_flat_parameter_pickles_and_copies_as_a_plain_tensor(tmp_path) -> None:
     player = Player(tiny_mlp(F64))
-    flat = player.params
+    flat = player.flat_param
     torch.save(flat, tmp_path / "flat.pt")
     loaded = torch.load(tmp_path / "flat.pt", weights_only=True)
     assert type(loaded) is Tensor and torch.equal(loaded, flat)

@@ -108,10 +108,10 @@ def test_default_algorithm_and_players_own_losses() -> None:
     d_player = gameopt.Player(disc, loss=lambda: disc(gen(z)).mean())
     game = gameopt.Game([g_player, d_player])
     assert isinstance(game.algorithm, gameopt.SimGD) and game.algorithm.lrs == [1e-3, 1e-3]
-    before = g_player.params.clone()
+    before = g_player.flat_param.clone()
     xi_g, _ = game.vector_field()
     game.step()
-    torch.testing.assert_close(g_player.params, before - 1e-3 * xi_g)
+    torch.testing.assert_close(g_player.flat_param, before - 1e-3 * xi_g)
 
 
 def test_joint_vector_is_one_tensor_per_dtype_group() -> None:
@@ -120,8 +120,8 @@ def test_joint_vector_is_one_tensor_per_dtype_group() -> None:
     assert len(game.layout.data) == 1 and game.layout.data[0].numel() == 5 * 12
     ptr = game.layout.data[0].data_ptr()
     for i, p in enumerate(game.players):
-        assert p.params.data_ptr() == ptr + 12 * 4 * i
-        assert mods[i].weight.data_ptr() == p.params.data_ptr()
+        assert p.flat_param.data_ptr() == ptr + 12 * 4 * i
+        assert mods[i].weight.data_ptr() == p.flat_param.data_ptr()
 
 
 def test_parameter_owned_by_two_players_is_rejected() -> None:
@@ -300,7 +300,7 @@ def test_mixed_dtype_players_step_and_match_a_float64_reference() -> None:
     pb = gameopt.Player(b)
     assert len(pb.buffers) == 2
     with pytest.raises(ValueError, match="player.buffers"):
-        _ = pb.params
+        _ = pb.flat_param
     game = gameopt.Game([a, pb], losses, algorithm=gameopt.Optimistic([0.1, 0.05]))
     assert len(game.layout.data) == 2  # one joint tensor per dtype
     for _ in range(3):
@@ -337,7 +337,7 @@ def test_module_converted_mid_run_keeps_values_and_state() -> None:
     game.step()  # notices, re-fuses, carries state over
     assert tg.modules[1].w.dtype == torch.float64
     assert len(game.layout.data) == 2
-    assert tg.modules[1].w.data_ptr() == game.players[1].params.data_ptr()
+    assert tg.modules[1].w.data_ptr() == game.players[1].flat_param.data_ptr()
     assert game.algorithm_state["prev"][1].dtype == torch.float64
     del prev32
 
@@ -359,11 +359,11 @@ def test_player_module_still_trains_with_torch_optim_after_game_fusing() -> None
     gen, disc, losses = _gan()
     game = gameopt.Game([gen, disc], losses)
     opt = torch.optim.SGD(gen.parameters(), lr=0.1)
-    before = game.players[0].params.clone()
+    before = game.players[0].flat_param.clone()
     opt.zero_grad()
     losses()[0].backward()
     opt.step()
-    assert not torch.equal(game.players[0].params, before)
+    assert not torch.equal(game.players[0].flat_param, before)
     assert gen[0].weight.grad.data_ptr() == game.players[0].grad.data_ptr()
 
 

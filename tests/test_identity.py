@@ -176,19 +176,19 @@ def test_a_deep_copy_of_a_player_is_fused_on_its_own_and_joins_a_game() -> None:
     z = torch.randn(5, 2, dtype=F64)
     player = Player(gen, loss=lambda: gen(z).pow(2).mean(), name="gen")
     twin = copy.deepcopy(player)
-    assert twin.name == "gen" and torch.equal(twin.params, player.params)
-    assert twin.params.data_ptr() != player.params.data_ptr()
-    assert all(_inside(p, twin.params) for p in twin.module.parameters())
+    assert twin.name == "gen" and torch.equal(twin.flat_param, player.flat_param)
+    assert twin.flat_param.data_ptr() != player.flat_param.data_ptr()
+    assert all(_inside(p, twin.flat_param) for p in twin.module.parameters())
     with torch.no_grad():
-        twin.params.zero_()
+        twin.flat_param.zero_()
     assert all(torch.count_nonzero(p) == 0 for p in twin.module.parameters())  # its views follow its storage
-    assert torch.count_nonzero(player.params) > 0
+    assert torch.count_nonzero(player.flat_param) > 0
     assert torch.equal(twin.loss(), twin.module(z).pow(2).mean())  # the loss closure takes the copied module
     game = gameopt.Game([twin, Player(disc, loss=lambda: disc(z).mean())], algorithm=gameopt.SimGD(0.1))
     game.step()
     # a pickled player loads fused, and joins a game too
     loaded = pickle.loads(pickle.dumps(Player(gan_mlps(width=4)[0])))
-    assert all(_inside(p, loaded.params) for p in loaded.module.parameters())
+    assert all(_inside(p, loaded.flat_param) for p in loaded.module.parameters())
     gameopt.Game([loaded, Player(nn.Linear(2, 1).double())], lambda: (loaded.module(z).sum(),) * 2)
 
 
@@ -253,14 +253,14 @@ def _two_linears() -> list[nn.Module]:
 def test_a_refused_game_leaves_the_players_it_was_given_as_they_were(refusal: str) -> None:
     modules = _two_linears()
     players = [Player(m) for m in modules]  # the same default name, "Linear": a game would rename them
-    flats = [p.params for p in players]
+    flats = [p.flat_param for p in players]
     before = _snapshot(modules)
     with pytest.raises((ValueError, TypeError)):
         REFUSALS[refusal](players)
     assert [p.name for p in players] == ["Linear", "Linear"]
     for (ptr, value, grad), p in zip(before, [p for m in modules for p in m.parameters()]):
         assert p.data_ptr() == ptr and torch.equal(p, value) and torch.equal(p.grad, grad)
-    assert all(p.params is flat for p, flat in zip(players, flats)) and all(not p.refresh() for p in players)
+    assert all(p.flat_param is flat for p, flat in zip(players, flats)) and all(not p.refresh() for p in players)
     # an identically built game then matches a game built from fresh players
     game = gameopt.Game(players, lambda: tuple(m.weight.sum() for m in modules))
     fresh = gameopt.Game([Player(m) for m in _two_linears()], lambda: (torch.zeros(()),) * 2)
@@ -285,7 +285,7 @@ def test_a_refused_game_does_not_project_its_start() -> None:
     player = Player(torch.nn.Parameter(outside.clone()), constraint=gameopt.constraints.Box(-1.0, 1.0))
     with pytest.raises(ValueError, match="3 learning rates for 2 players"):
         gameopt.Game([player, nn.Linear(2, 1).double()], _losses, algorithm=gameopt.SimGD([0.1, 0.2, 0.3]))
-    assert torch.equal(player.params, outside)
+    assert torch.equal(player.flat_param, outside)
 
 
 # ------------------------------------------ item 19: what holds a parameter
@@ -313,7 +313,7 @@ def test_a_module_keeping_a_view_of_its_weight_is_refused_naming_the_view() -> N
         Player(m)
     assert "autograd graph" not in str(info.value) and m.weight.data_ptr() == ptr
     del elsewhere
-    assert _inside(m.weight, Player(m).params)
+    assert _inside(m.weight, Player(m).flat_param)
 
 
 def test_a_weakly_referenced_parameter_is_refused_before_anything_moves() -> None:

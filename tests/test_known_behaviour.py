@@ -50,7 +50,7 @@ class Trajectory:
 
 def joint_params(game: gameopt.Game) -> Tensor:
     """The players' parameters as one detached flat vector."""
-    return torch.cat([p.params.detach().clone().reshape(-1) for p in game.players])
+    return torch.cat([p.flat_param.detach().clone().reshape(-1) for p in game.players])
 
 
 def run(game: gameopt.Game, steps: int) -> Trajectory:

@@ -29,7 +29,7 @@ def test_mlp_is_one_flat_buffer_in_parameters_order() -> None:
     ref = copy.deepcopy(m)
     before = list(m.parameters())
     player = Player(m)
-    assert player.params.numel() == 31 and player.numel == 31
+    assert player.flat_param.numel() == 31 and player.numel == 31
     assert player.name == "Sequential" and player.module is m
     assert Player(nn.Linear(2, 2), name="gen").name == "gen"
     assert len(player.buffers) == 1
@@ -39,7 +39,7 @@ def test_mlp_is_one_flat_buffer_in_parameters_order() -> None:
     assert all(a is b for a, b in zip(player.parameters, before))
     assert all(a is b for a, b in zip(buf.params, m.parameters()))
     assert [s.offset for s in buf.segments] == [0, 10, 20, 30]
-    assert torch.equal(player.params, cat_flat(ref.parameters()))
+    assert torch.equal(player.flat_param, cat_flat(ref.parameters()))
     for p, q in zip(m.parameters(), ref.parameters()):
         assert isinstance(p, nn.Parameter) and p.requires_grad
         assert p.shape == q.shape and p.stride() == q.stride() and torch.equal(p, q)
@@ -58,9 +58,9 @@ def test_tied_weights_are_stored_once() -> None:
     assert player.numel == 16 + 4 + 4
     assert len(player.parameters) == 3
     assert m[0].weight is m[2].weight
-    assert inside(m[2].weight, player.params)
+    assert inside(m[2].weight, player.flat_param)
     with torch.no_grad():
-        player.params[0] = 9.0
+        player.flat_param[0] = 9.0
     assert m[2].weight[0, 0].item() == 9.0
     with torch.no_grad():
         ref[0].weight[0, 0] = 9.0
@@ -81,13 +81,13 @@ def test_frozen_parameters_stay_out_and_untouched() -> None:
     player = Player(m)
     assert player.numel == 31 - 10
     assert m[0].bias is frozen and frozen.data_ptr() == frozen_ptr
-    assert not inside(frozen, player.params) and frozen.grad is None
+    assert not inside(frozen, player.flat_param) and frozen.grad is None
     assert all(p is not frozen for p in player.parameters)
     with torch.no_grad():
-        player.params.fill_(1.0)
+        player.flat_param.fill_(1.0)
     assert torch.equal(frozen, frozen_value)
     with torch.no_grad():
-        player.params.copy_(cat_flat(trainable(ref)))
+        player.flat_param.copy_(cat_flat(trainable(ref)))
     x = torch.randn(5, 1, dtype=F64)
     m(x).sum().backward()
     ref(x).sum().backward()
@@ -105,8 +105,8 @@ def test_player_from_an_iterable_skips_duplicates_and_frozen_ones_and_re_fuses_c
     player = Player(iter([w, b, w, frozen]))  # a one-shot iterator, a duplicate, a frozen one
     assert player.module is None and player.name == "params"
     assert player.numel == 9 and player.parameters == [w, b]
-    assert torch.equal(player.params, torch.cat([ref_w.reshape(-1), ref_b]))
-    assert not inside(frozen, player.params)
+    assert torch.equal(player.flat_param, torch.cat([ref_w.reshape(-1), ref_b]))
+    assert not inside(frozen, player.flat_param)
     x = torch.randn(4, 2, dtype=F64)
     (x @ w.t() + b).tanh().sum().backward()
     rw, rb = ref_w.clone().requires_grad_(), ref_b.clone().requires_grad_()
@@ -117,7 +117,7 @@ def test_player_from_an_iterable_skips_duplicates_and_frozen_ones_and_re_fuses_c
     w.data = w.data.float()
     b.data = b.data.float()
     assert player.refresh()
-    assert player.params.dtype == torch.float32 and player.parameters == [w, b]
+    assert player.flat_param.dtype == torch.float32 and player.parameters == [w, b]
     assert_fused(player)
 
 
@@ -137,7 +137,7 @@ def test_a_single_tensor_is_one_parameter() -> None:
     w = nn.Parameter(torch.arange(6.0).reshape(2, 3))
     player = Player(w)
     assert player.parameters == [w] and player.numel == 6
-    assert torch.equal(player.params, torch.arange(6.0)) and inside(w, player.params)
+    assert torch.equal(player.flat_param, torch.arange(6.0)) and inside(w, player.flat_param)
     game = gameopt.Game([player], lambda: [(w - 1).square().sum()], algorithm=gameopt.SimGD(0.25))
     game.step()
     torch.testing.assert_close(w.detach(), torch.arange(6.0).reshape(2, 3) * 0.5 + 0.5)  # w - 0.25·2(w - 1)
@@ -199,7 +199,7 @@ def test_one_buffer_per_dtype_group(other: torch.dtype) -> None:
     assert torch.equal(oth.data, cat_flat([ref.b, ref.d]))
     for name, p in m.named_parameters():
         assert p.dtype == getattr(ref, name).dtype and torch.equal(p, getattr(ref, name))
-    for attr in ("params", "grad"):
+    for attr in ("flat_param", "grad"):
         with pytest.raises(ValueError, match="player.buffers") as info:
             getattr(player, attr)
         msg = str(info.value)
@@ -229,7 +229,7 @@ def test_cpu_and_meta_parameters_make_two_buffers() -> None:
     assert torch.equal(cpu.data, torch.cat([ref_a, ref_c]))
     assert inside(m.a, cpu.data) and inside(m.c, cpu.data)
     with pytest.raises(ValueError, match="meta"):
-        _ = player.params
+        _ = player.flat_param
     assert player.why_stale() is None and not player.refresh()
 
 
@@ -256,11 +256,11 @@ def test_cpu_and_cuda_parameters_make_two_buffers() -> None:
 def test_module_moved_to_cuda_after_fusing_is_re_fused_there() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
-    values = player.params.clone()
+    values = player.flat_param.clone()
     m.cuda()
     assert "cuda" in player.why_stale()
     assert player.refresh()
-    assert player.params.is_cuda and torch.equal(player.params.cpu(), values)
+    assert player.flat_param.is_cuda and torch.equal(player.flat_param.cpu(), values)
     assert_fused(player)
 
 
@@ -281,9 +281,9 @@ def test_dtype_conversion_is_noticed_and_re_fused(convert, dtype: torch.dtype) -
     params = list(m.parameters())
     old_buffer = player.buffers[0]
     with torch.no_grad():
-        player.params.mul_(0.5)
+        player.flat_param.mul_(0.5)
     m(torch.randn(4, 1)).sum().backward()
-    values, grads = player.params.clone(), player.grad.clone()
+    values, grads = player.flat_param.clone(), player.grad.clone()
     generation = player.generation
     convert(m)
     why = player.why_stale()
@@ -292,8 +292,8 @@ def test_dtype_conversion_is_noticed_and_re_fused(convert, dtype: torch.dtype) -
     assert player.generation == generation + 1
     assert player.why_stale() is None and player.refresh() is False
     assert player.buffers[0] is not old_buffer and player.buffers[0].dtype == dtype
-    assert player.params.dtype == dtype
-    assert torch.equal(player.params, values.to(dtype))
+    assert player.flat_param.dtype == dtype
+    assert torch.equal(player.flat_param, values.to(dtype))
     assert torch.equal(player.grad, grads.to(dtype))  # gradients survive the conversion too
     assert all(a is b for a, b in zip(m.parameters(), params))  # same Parameter objects
     assert_fused(player)
@@ -310,7 +310,7 @@ def test_params_property_re_fuses_a_converted_module() -> None:
     m = tiny_mlp(torch.float32)
     player = Player(m)
     m.double()
-    assert player.params.dtype == torch.float64  # .params runs check()
+    assert player.flat_param.dtype == torch.float64  # .params runs check()
     assert_fused(player)
 
 
@@ -321,7 +321,7 @@ def test_replacing_data_is_noticed_and_re_fused() -> None:
     m[0].weight.data = new_weight.clone()
     assert "replaced" in player.why_stale()
     assert player.refresh()
-    assert torch.equal(player.params[:10], new_weight.reshape(-1))
+    assert torch.equal(player.flat_param[:10], new_weight.reshape(-1))
     assert not inside(m[0].weight, new_weight)
     assert_fused(player)
 
@@ -334,11 +334,11 @@ def test_load_state_dict_with_assign_is_noticed_and_re_fused() -> None:
     m.load_state_dict(sd, assign=True)
     assert "replaced" in player.why_stale()
     assert player.refresh()
-    assert torch.equal(player.params, cat_flat(other.parameters()))
+    assert torch.equal(player.flat_param, cat_flat(other.parameters()))
     assert all(a is b for a, b in zip(player.parameters, m.parameters()))  # the new objects
     assert_fused(player)
     with torch.no_grad():
-        player.params.zero_()
+        player.flat_param.zero_()
     assert torch.count_nonzero(sd["0.weight"]) > 0  # the loaded tensors are not aliased
     x = torch.randn(3, 1, dtype=F64)
     m.zero_grad()
@@ -357,7 +357,7 @@ def test_re_fusing_while_a_graph_is_alive_fails_cleanly_then_recovers() -> None:
         player.refresh()
     del out
     assert player.refresh()
-    assert torch.equal(player.params, cat_flat(ref.parameters()))
+    assert torch.equal(player.flat_param, cat_flat(ref.parameters()))
     m(x).sum().backward()
     ref(x).sum().backward()
     assert_fused(player)
@@ -369,7 +369,7 @@ def test_parameter_added_after_fusing_joins_the_buffers() -> None:
     m = tiny_mlp(F64)
     player = Player(m)
     params = list(m.parameters())
-    values = player.params.clone()
+    values = player.flat_param.clone()
     assert player.registry_intact()
     m.register_parameter("extra", nn.Parameter(torch.tensor([1.0, 2.0], dtype=F64)))
     assert not player.registry_intact()
@@ -378,7 +378,7 @@ def test_parameter_added_after_fusing_joins_the_buffers() -> None:
     # module.parameters() order: the Sequential's own parameter first
     assert player.numel == 33 and all(p is q for p, q in zip(player.parameters, [m.extra, *params]))
     assert all(p is q for p, q in zip(player.parameters, m.parameters()))
-    assert torch.equal(player.params, torch.cat([torch.tensor([1.0, 2.0], dtype=F64), values]))
+    assert torch.equal(player.flat_param, torch.cat([torch.tensor([1.0, 2.0], dtype=F64), values]))
     # setattr of a new Parameter, and a new submodule with parameters
     m[0].scale = nn.Parameter(torch.full((3,), 0.5, dtype=F64))
     assert "'scale' was added to Linear" in player.why_stale()
@@ -415,7 +415,7 @@ def test_removed_parameter_leaves_the_buffers(how: str) -> None:
     assert player.why_stale() is not None
     assert player.refresh() and player.numel == 30
     assert all(p is not gone for p in player.parameters)
-    assert torch.equal(gone, value) and not inside(gone, player.params)
+    assert torch.equal(gone, value) and not inside(gone, player.flat_param)
     assert_fused(player)
 
 
