@@ -14,10 +14,10 @@ import pytest
 import torch
 from games import GAMES
 from models import VecModule
-from test_algorithms import ALGORITHMS, GENERIC, _lrs
 from torch import nn
 
 import gameopt
+from gameopt.testing import ALGORITHMS, GENERIC, learning_rates
 from gameopt_players.gan_conv import ConvDiscriminator, ConvGenerator, gan_losses
 
 DEVICE = os.environ.get("GAMEOPT_TEST_DEVICE", "cuda")
@@ -67,7 +67,7 @@ def _assert_device_matches_cpu(game_name: str, make) -> None:
 @pytest.mark.parametrize("info", TABLE, ids=[a.name for a in TABLE])
 @pytest.mark.parametrize("game_name", ["quadratic", "nonquadratic"])
 def test_algorithm_on_the_device_matches_cpu_float64(info, game_name) -> None:
-    _assert_device_matches_cpu(game_name, lambda n: info.make(_lrs(n)))
+    _assert_device_matches_cpu(game_name, lambda n: info.make(learning_rates(n)))
 
 
 @pytest.mark.parametrize(

@@ -252,8 +252,8 @@ def test_the_suite_passes_on_the_public_fallbacks():
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
     files = [
         "tests/test_vec.py",
-        "tests/test_autodiff.py",
-        "tests/test_algorithms.py",
+        "tests/autodiff/test_autodiff.py",
+        "tests/algorithms/test_algorithms.py",
         "tests/test_buffer.py",
         "tests/test_player.py",
         "tests/test_flat_parameter.py",

@@ -44,7 +44,7 @@ class AlgoInfo:
             :func:`~gameopt.testing.references.ref_trajectory`) or a
             :data:`~gameopt.testing.references.Reference` of your own; ``""`` when it
             has none here (second-order methods: their closed forms are checked in
-            the repository's ``tests/test_second_order.py``).
+            the repository's ``tests/algorithms/test_second_order.py``).
         ref_kw: the reference's keyword arguments (``{"extrapolation": 0.5}``: the
             extrapolation learning rates are this fraction of the learning rates).
         rule: a fresh closed-form update rule for the reference (plain by default).
@@ -91,7 +91,8 @@ ALGORITHMS = [
     AlgoInfo("ExtraAdam", lambda lr: Extragradient(lr, update=Adam((0.5, 0.9))), "eg", rule=_adam((0.5, 0.9))),
     AlgoInfo("OptimisticAdam", lambda lr: Optimistic(lr, update=Adam()), "optimistic", rule=_adam()),
     AlgoInfo("Lookahead", lambda lr: Lookahead(SimGD(lr), k=3, alpha=0.5), "lookahead", {"k": 3, "alpha": 0.5}),
-    # averaging leaves the iterates alone: the base's closed form applies (the average: tests/test_averaging.py)
+    # averaging leaves the iterates alone: the base's closed form applies
+    # (the average: tests/algorithms/test_averaging.py)
     AlgoInfo("Averaging-SimGD", lambda lr: Averaging(SimGD(lr), start=2), "simgd"),
     AlgoInfo(
         "Averaging-EMA-ExtraAdam",

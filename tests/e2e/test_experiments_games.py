@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 MODULES = ["experiments.dirac_gan", "experiments.n_player", "experiments.spectrum", "experiments.opponent_shaping"]
 

@@ -16,7 +16,7 @@ from torch import nn
 
 import gameopt
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _stepped(make, steps: int = 2):
@@ -222,7 +222,7 @@ def test_a_checkpoint_of_the_pre_release_format_is_refused_and_changes_nothing(r
 def test_the_docs_whole_resume_recipe_runs_and_resumes_bit_for_bit():
     """docs/checkpoints.md's code block (game, scheduler, RNG and data order) as a user
     pastes it: it asserts that the resumed run equals the straight one."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "checkpoints.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert len(blocks) == 1
     state = torch.get_rng_state()

@@ -335,7 +335,7 @@ def test_the_docs_lagrangian_example_runs_as_pasted(capsys) -> None:
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "constrained.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "constrained.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert len(blocks) == 8
     state = torch.get_rng_state()

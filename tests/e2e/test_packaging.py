@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -103,7 +103,7 @@ def _relative_imports(path: Path, module: str) -> set[str]:
 def test_gameopt_has_no_import_cycle() -> None:
     """Not even through imports for type checking or inside functions: each module
     depends only on the ones below it (see the README's Layout)."""
-    root = Path(__file__).resolve().parents[1] / "gameopt"
+    root = Path(__file__).resolve().parents[2] / "gameopt"
     graph = {}
     for path in root.rglob("*.py"):
         module = ".".join(("gameopt", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
@@ -186,4 +186,4 @@ def _private_uses(root: Path) -> list[str]:
 def test_no_module_reaches_into_another_modules_private_names() -> None:
     """Modules talk through public names; every private use of torch lives in
     gameopt/_torch_compat.py (see tests/test_torch_compat.py)."""
-    assert _private_uses(Path(__file__).resolve().parents[1] / "gameopt") == []
+    assert _private_uses(Path(__file__).resolve().parents[2] / "gameopt") == []

@@ -16,7 +16,7 @@ import torch
 from experiments import bilinear
 from experiments.common import checkpoint_bytes, read_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -28,7 +28,6 @@ from gameopt.testing import (
 
 IDS = [a.name for a in ALGORITHMS]
 GENERIC_IDS = [a.name for a in GENERIC]
-_lrs = learning_rates  # per-player learning rates (tests/test_cuda.py imports it from here)
 
 
 @pytest.mark.parametrize("game_name", list(GAMES))
@@ -403,10 +402,10 @@ def _assert_state_keys(algo: gameopt.Algorithm, state: dict, when: str) -> None:
 @pytest.mark.parametrize("info", GENERIC + TWO_PLAYERS, ids=GENERIC_IDS + [a.name for a in TWO_PLAYERS])
 def test_the_state_has_the_keys_of_its_typed_dict(info: AlgoInfo) -> None:
     if info in TWO_PLAYERS:
-        algo = info.make(_lrs(2))
+        algo = info.make(learning_rates(2))
         game = regularized_bilinear().build(algo)  # min_x max_y xᵀAy + ½‖x‖² − ½‖y‖²
     else:
-        algo = info.make(_lrs(3))
+        algo = info.make(learning_rates(3))
         game = GAMES["nonquadratic"]().build(algo)
     _assert_state_keys(algo, game.algorithm_state, "after init_state")
     for _ in range(2):

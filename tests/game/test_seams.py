@@ -18,7 +18,7 @@ import gameopt
 from gameopt import testing
 from gameopt.algorithms.api import Algorithm, DescentState, Oracle, Vec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: an attribute with a leading underscore read on a name that says it is a game (game, twin_game, games[0]...)
 ON_A_GAME = re.compile(r"\b(\w*game\w*)(?:\[[^\]]*\])?\._[a-z]\w*")

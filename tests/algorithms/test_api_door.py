@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ALGORITHMS = Path(__file__).resolve().parent.parent / "gameopt" / "algorithms"
+ALGORITHMS = Path(__file__).resolve().parents[2] / "gameopt" / "algorithms"
 
 #: the modules behind the door: the contract itself, the package's front, and the
 #: implementation of the base classes it re-exports
