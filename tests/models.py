@@ -41,3 +41,19 @@ def gan_mlps(width: int = 8, dtype: torch.dtype = torch.float64, seed: int = 0) 
     gen = nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, 2)).to(dtype)
     disc = nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, 1)).to(dtype)
     return gen, disc
+
+
+def gan_with_losses(dtype: torch.dtype = torch.float64, seed: int = 0):
+    """:func:`gan_mlps` of width 16 with a fixed batch (32 real points and 32 codes
+    drawn after the modules) and the non-saturating GAN losses ``losses(x=x, z=z)``."""
+    gen, disc = gan_mlps(16, dtype, seed)
+    x = torch.randn(32, 2, dtype=dtype)
+    z = torch.randn(32, 2, dtype=dtype)
+
+    def losses(x: Tensor = x, z: Tensor = z) -> tuple[Tensor, Tensor]:
+        real, fake = disc(x), disc(gen(z))
+        d_loss = nn.functional.softplus(-real).mean() + nn.functional.softplus(fake).mean()
+        g_loss = nn.functional.softplus(-fake).mean()
+        return g_loss, d_loss
+
+    return gen, disc, losses
