@@ -23,7 +23,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -208,7 +208,7 @@ def use_count(t: Tensor) -> int:
     AccumulateGrad node is one): ``Tensor._use_count``, what
     ``torch.utils.swap_tensors`` itself checks. Checked on 2.4.1, 2.13.0, 2.14.1; no
     public equivalent."""
-    return t._use_count()
+    return t._use_count()  # type: ignore[attr-defined]  # private: not in the type stubs
 
 
 def view_base(t: Tensor) -> Tensor | None:
@@ -271,7 +271,7 @@ def compiled_original(module: nn.Module) -> nn.Module:
     ``module`` itself when it is not compiled. Checked on 2.4.1, 2.13.0, 2.14.1; no
     public accessor."""
     if type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module):
-        return module._orig_mod
+        return cast(nn.Module, module._orig_mod)
     return module
 
 
@@ -319,7 +319,7 @@ def mkldnn_disabled(disable: bool = True) -> Iterator[None]:
     before = torch.backends.mkldnn.enabled
     try:
         if disable:
-            torch.backends.mkldnn.enabled = False
+            torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # a ContextProp: set as a bool
         yield
     finally:
         torch.backends.mkldnn.enabled = before

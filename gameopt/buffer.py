@@ -139,9 +139,9 @@ class FlatParameter(Tensor):
     plain tensors too.
     """
 
-    __torch_function__ = tc.disabled_torch_function_impl
+    __torch_function__ = tc.disabled_torch_function_impl  # type: ignore[assignment]  # as nn.Parameter does
 
-    @property  # type: ignore[override]
+    @property
     def grad(self) -> Tensor:
         buf = _buffer_of(self)
         buf.relink_grads()
@@ -252,7 +252,7 @@ def is_relink_hook(fn: Any) -> bool:
 def only_relink_hooks(p: Tensor) -> bool:
     """``p`` has post-accumulate-grad hooks and every one is gameopt's relinking hook."""
     hooks = tc.post_accumulate_grad_hooks(p)
-    return bool(hooks) and all(map(is_relink_hook, hooks.values()))
+    return hooks is not None and bool(hooks) and all(map(is_relink_hook, hooks.values()))
 
 
 def _drop_relink_hooks(p: Tensor) -> None:
@@ -311,7 +311,7 @@ class FlatBuffer:
 
     def __init__(
         self,
-        params: Sequence[nn.Parameter],
+        params: Sequence[Tensor],
         align: int | None = None,
         modules: Sequence[nn.Module] = (),
         owner: Any = None,

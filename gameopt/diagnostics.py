@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .vec import Vec
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from scipy.sparse.linalg import LinearOperator
 
-    from .layout import Vec
     from .protocols import Linearizable, Linearization
 
 
@@ -30,7 +31,7 @@ def _from_numpy(game: Linearizable, x: np.ndarray) -> Vec:
         n = t.numel()
         out.append(torch.as_tensor(np.ascontiguousarray(x[pos : pos + n]).real).to(t.device, t.dtype))
         pos += n
-    return out
+    return Vec(out)
 
 
 def jacobian_operator(game: Linearizable, *args: Any, **kwargs: Any) -> LinearOperator:

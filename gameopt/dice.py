@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -64,7 +65,7 @@ def _discount(value: object) -> float:
     ok = isinstance(value, numbers.Real) or (isinstance(value, Tensor) and value.numel() == 1)
     if not ok or isinstance(value, bool) or (isinstance(value, Tensor) and not value.is_floating_point()):
         raise ValueError(f"discount must be a number in [0, 1], got {value!r} ({type(value).__name__})")
-    discount = float(value)
+    discount = float(cast(float, value))  # a real number or a one-element tensor, checked above
     if not 0.0 <= discount <= 1.0:
         raise ValueError(f"discount must be in [0, 1], got {discount}")
     return discount

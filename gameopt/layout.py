@@ -79,15 +79,16 @@ class JointLayout:
     def empty(self) -> Vec:
         return Vec(torch.empty_like(t) for t in self.data)
 
-    def entry_view(self, vec: Vec, e: Entry) -> Tensor:
+    def entry_view(self, vec: Sequence[Tensor], e: Entry) -> Tensor:
         """The part of a joint vector that belongs to one player buffer (a plain slice;
         never use it inside a differentiated computation)."""
         return vec[e.group][e.start : e.stop]
 
-    def player_views(self, vec: Vec, i: int) -> list[Tensor]:
-        return [self.entry_view(vec, e) for e in self.by_player[i]]
+    def player_views(self, vec: Sequence[Tensor], i: int) -> Vec:
+        """Player ``i``'s part of a joint vector: views, one per parameter group of its."""
+        return Vec(self.entry_view(vec, e) for e in self.by_player[i])
 
-    def per_player(self, vec: Vec) -> tuple[Tensor | tuple[Tensor, ...], ...]:
+    def per_player(self, vec: Sequence[Tensor]) -> tuple[Tensor | tuple[Tensor, ...], ...]:
         """One flat tensor per player (a tuple of tensors for a player with several groups)."""
         out = []
         for i in range(self.num_players):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -214,7 +215,7 @@ def _gmres_cycle_on_device(
     read every ``check_every`` products; the products after it are not used (the
     solution combines the first m basis vectors, m counted on the device)."""
     dev = r[0].device
-    f64 = {"dtype": torch.float64, "device": dev}
+    f64: dict[str, Any] = {"dtype": torch.float64, "device": dev}
     h = torch.zeros(steps + 1, steps, **f64)
     cs, sn, g = torch.zeros(steps, **f64), torch.zeros(steps, **f64), torch.zeros(steps + 1, **f64)
     g[0] = beta

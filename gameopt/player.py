@@ -177,9 +177,9 @@ class Player:
         self._fuse()
 
     # ------------------------------------------------------------------ fusing
-    def _collect(self) -> tuple[list[nn.Parameter], list[list[tuple[nn.Module, str]]]]:
+    def _collect(self) -> tuple[list[Tensor], list[list[tuple[nn.Module, str]]]]:
         """Trainable parameters, deduplicated, and where each is registered."""
-        params: list[nn.Parameter] = []
+        params: list[Tensor] = []
         owners: dict[int, list[tuple[nn.Module, str]]] = {}
         if self.module is None:
             for p in self._given:
@@ -197,11 +197,12 @@ class Player:
                     owners[id(p)].append((sub, pname))
         return params, [owners[id(p)] for p in params]
 
-    def _resolve_constraints(self, params: list[nn.Parameter]) -> dict[int, Constraint]:
+    def _resolve_constraints(self, params: list[Tensor]) -> dict[int, Constraint]:
         """id(parameter) -> its feasible set; checks that each set fits its parameter."""
         spec = self._constraint
         if spec is None:
             return {}
+        named: list[tuple[str, Tensor]] = []
         if not isinstance(spec, dict):
             named = [(f"parameter {k}", p) for k, p in enumerate(params)]
             out = {id(p): spec for _, p in named}
@@ -209,20 +210,20 @@ class Player:
             assert self.module is not None
             by_name = dict(self.module.named_parameters(remove_duplicate=False))
             trainable = {id(p) for p in params}
-            named, out = [], {}
+            out = {}
             for key, c in spec.items():
-                p = by_name.get(key)
-                if p is None:
+                if key not in by_name:
                     raise ValueError(
                         f"player {self.name!r}: constraint on {key!r}, but the module has no parameter named {key!r} "
                         f"(its parameters: {', '.join(by_name)})"
                     )
+                p = by_name[key]
                 if id(p) not in trainable:
                     raise ValueError(f"player {self.name!r}: constraint on {key!r}, which is not trainable")
                 named.append((key, p))
                 out[id(p)] = c
-        for what, p in named:
-            out[id(p)].check(p.shape, what)
+        for what, t in named:
+            out[id(t)].check(t.shape, what)
         return out
 
     def _fuse(self) -> None:
@@ -239,7 +240,7 @@ class Player:
             has_sparse_grad = bool(sparse)
         else:
             has_sparse_grad = False
-        groups: dict[tuple[torch.device, torch.dtype], list[nn.Parameter]] = {}
+        groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
         for k, p in enumerate(params):
             if not p.is_leaf:  # torch.optim's reason
                 raise ValueError(
@@ -408,7 +409,7 @@ class Player:
         return sum(b.num_elements for b in self.buffers)
 
     @property
-    def parameters(self) -> list[nn.Parameter]:
+    def parameters(self) -> list[Tensor]:
         """The fused parameters, in fusing order."""
         return list(self._params)
 

@@ -7,7 +7,7 @@ gameopt has no import cycle).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class Linearization(Protocol):
 
     xi: Vec  # the joint vector field (detached)
     losses: list[Tensor]  # the players' losses, with their graphs
-    metrics: dict[str, Any]
+    metrics: Mapping[str, Any]  # what the losses returned beside them (read only)
     layout: JointLayout
 
     def vjp(self, u: Vec, last: bool = False) -> Vec:
@@ -100,6 +100,10 @@ class Steppable(Protocol):
 
     losses: Callable[..., Any]
     algorithm_state: Any  # the state the game holds for its algorithm
+    lock: Any  # a threading.RLock: held by every step, state_dict and load_state_dict
+
+    @property
+    def stepping(self) -> bool: ...
 
     @property
     def algorithm(self) -> Any: ...

@@ -14,12 +14,15 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from . import _torch_compat as tc
+
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
 
 _DDP_HINT = (
     "give the game the unwrapped module (ddp.module, dropping the wrapper) and the process group: "
@@ -125,7 +128,7 @@ def _has_grad_accumulator(p: Tensor) -> bool:
     use count by one, and fetching the existing one does not."""
     before = tc.use_count(p)
     with torch.inference_mode(False), torch.enable_grad():
-        node = p.sum().grad_fn.next_functions[0][0]  # the sum is gone after this line; the node is kept
+        node = cast("Node", p.sum().grad_fn).next_functions[0][0]  # the sum is gone after this line; the node is kept
     existed = tc.use_count(p) == before
     del node
     return existed

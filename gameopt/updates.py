@@ -46,13 +46,13 @@ from .vec import Vec
 #: any rule's state as the algorithms and checkpoints see it, a dict
 State = dict[str, Any]
 #: a rule's state, typed per rule (a ``TypedDict`` such as :class:`AdamState`)
-RS = TypeVar("RS")
+RS = TypeVar("RS", bound=Mapping[str, Any])
 Empty = Callable[[], Vec]
 #: player i's views of a joint vector (``layout.player_views(vec, i)``)
-Views = Callable[[list[Tensor]], list[Tensor]]
+Views = Callable[[Sequence[Tensor]], Vec]
 
 
-def next_count(t: int | list[Tensor]) -> int | Vec:
+def next_count(t: int | Vec) -> int | Vec:
     """A step count after one more step: one number for all elements, or (once
     parameters joined at different steps) one per element, a joint vector (a count
     its owner declares in ``counts`` becomes one per element when a parameter joins:
@@ -60,17 +60,21 @@ def next_count(t: int | list[Tensor]) -> int | Vec:
     return t + 1 if isinstance(t, int) else Vec(c + 1 for c in t)
 
 
-def stepped(t: int | list[Tensor], g: int) -> bool | Tensor:
+def stepped(t: int | Vec, g: int) -> bool | Tensor:
     """Whether group ``g``'s elements have taken a step: one bool for all, or (counts
     per element) a bool tensor, False where a parameter joined since the last step."""
     return t > 0 if isinstance(t, int) else t[g] != 0
 
 
-def _count_of(t: int | list[Tensor], g: int) -> int | Tensor:
+def _count_of(t: int | Vec, g: int) -> int | Tensor:
     return t if isinstance(t, int) else t[g]
 
 
-def _empty_like(d: list[Tensor]) -> Empty:
+def _nth(views: Callable[[Sequence[Tensor], int], Vec], i: int, vec: Sequence[Tensor]) -> Vec:
+    return views(vec, i)
+
+
+def _empty_like(d: Vec) -> Empty:
     return lambda: Vec(torch.empty_like(t) for t in d)
 
 
@@ -209,13 +213,13 @@ class UpdateRule(Generic[RS]):
         """``value`` for the schedulable setting ``name``, checked (``ValueError`` naming ``path``)."""
         raise KeyError(name)
 
-    def init(self, like: list[Tensor]) -> RS:
+    def init(self, like: Vec) -> RS:
         """The state before the first step, for directions shaped as ``like``."""
         return cast(RS, {})
 
     def apply(
-        self, d: list[Tensor], state: RS, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], RS]:
+        self, d: Vec, state: RS, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[Vec, RS]:
         """``(out, new_state)``: the direction followed for the direction ``d``, and the
         new state. New tensors come from ``empty()`` (shaped like ``d``); ``d`` and
         ``state`` stay as they are, unless the rule declares :attr:`memory_flags` and
@@ -223,7 +227,7 @@ class UpdateRule(Generic[RS]):
         or ``own_state`` (``state`` is updated in place). Identity here."""
         return d, state
 
-    def extrapolate(self, d: list[Tensor], state: RS, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
+    def extrapolate(self, d: Vec, state: RS, empty: Empty | None = None) -> tuple[Vec, Any]:
         """The direction of an extrapolation (the first half of an extragradient step)
         from ``state``, which stays as it is; ``d`` is scratch (the direction may be
         written into it). Returns ``(out, memo)``: :meth:`resume` turns the memo into
@@ -274,12 +278,12 @@ class UpdateRule(Generic[RS]):
 
 def apply(
     rule: UpdateRule[RS],
-    d: list[Tensor],
+    d: Vec,
     state: RS,
     empty: Empty | None = None,
     scratch: bool = False,
     own_state: bool = False,
-) -> tuple[list[Tensor], RS]:
+) -> tuple[Vec, RS]:
     """``rule.apply`` with the memory flags (``scratch``, ``own_state``) when the rule
     declares that it takes them (``UpdateRule.memory_flags``); a rule written
     without them gets the default contract."""
@@ -316,7 +320,7 @@ class Momentum(UpdateRule[MomentumState]):
 
     memory_flags = True
     schedulable = ("momentum",)
-    momentum = Setting.schedulable()
+    momentum: Setting[float] = Setting.schedulable()
     nesterov = Setting.flag()
 
     def __init__(self, momentum: float = 0.9, nesterov: bool = False) -> None:
@@ -326,17 +330,17 @@ class Momentum(UpdateRule[MomentumState]):
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         return check_number(path or name, value, low=-1.0, high=1.0, low_open=True, high_open=True)
 
-    def init(self, like: list[Tensor]) -> MomentumState:
+    def init(self, like: Vec) -> MomentumState:
         return {"buf": Vec(torch.zeros_like(t) for t in like)}
 
     def apply(
         self,
-        d: list[Tensor],
+        d: Vec,
         state: MomentumState,
         empty: Empty | None = None,
         scratch: bool = False,
         own_state: bool = False,
-    ) -> tuple[list[Tensor], MomentumState]:
+    ) -> tuple[Vec, MomentumState]:
         empty = empty or _empty_like(d)
         buf = state["buf"] if own_state else empty()
         for b, old, x in zip(buf, state["buf"], d):
@@ -384,7 +388,7 @@ class Adam(UpdateRule[AdamState]):
     schedulable = ("betas",)
     nonnegative = ("v",)
     counts = {"t": "m"}
-    betas = Setting.schedulable()
+    betas: Setting[tuple[float, float]] = Setting.schedulable()
     eps = Setting.number(low=0.0)
 
     def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
@@ -397,17 +401,17 @@ class Adam(UpdateRule[AdamState]):
             raise ValueError(f"{path} must be two numbers in [0, 1), got {value!r}")
         return tuple(check_number(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
 
-    def init(self, like: list[Tensor]) -> AdamState:
+    def init(self, like: Vec) -> AdamState:
         return {"m": Vec(torch.zeros_like(t) for t in like), "v": Vec(torch.zeros_like(t) for t in like), "t": 0}
 
     def apply(
         self,
-        d: list[Tensor],
+        d: Vec,
         state: AdamState,
         empty: Empty | None = None,
         scratch: bool = False,
         own_state: bool = False,
-    ) -> tuple[list[Tensor], AdamState]:
+    ) -> tuple[Vec, AdamState]:
         t = next_count(state["t"])
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
@@ -440,7 +444,7 @@ class Adam(UpdateRule[AdamState]):
         else:
             torch.div(m1, den, out=out).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
 
-    def extrapolate(self, d: list[Tensor], state: AdamState, empty: Empty | None = None) -> tuple[list[Tensor], Any]:
+    def extrapolate(self, d: Vec, state: AdamState, empty: Empty | None = None) -> tuple[Vec, Any]:
         """:meth:`apply` with ``scratch``; from ``_RECOMPUTE_FROM`` elements on, its new
         moments are not kept: the memo is a copy of ``d`` (one vector, not two) from
         which :meth:`resume` recomputes them with the same operations (the same bits;
@@ -492,7 +496,7 @@ class RMSProp(UpdateRule[RMSPropState]):
     memory_flags = True
     schedulable = ("decay",)
     nonnegative = ("v",)
-    decay = Setting.schedulable()
+    decay: Setting[float] = Setting.schedulable()
     eps = Setting.number(low=0.0)
     convention = Setting.choice(*sorted(DEFAULTS))
 
@@ -507,18 +511,18 @@ class RMSProp(UpdateRule[RMSPropState]):
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         return check_number(path or name, value, low=0.0, high=1.0, high_open=True)
 
-    def init(self, like: list[Tensor]) -> RMSPropState:
+    def init(self, like: Vec) -> RMSPropState:
         start = 0.0 if self.convention == "torch" else 1.0  # both parts of a complex element
         return {"v": Vec(torch.full_like(t, complex(start, start) if t.is_complex() else start) for t in like)}
 
     def apply(
         self,
-        d: list[Tensor],
+        d: Vec,
         state: RMSPropState,
         empty: Empty | None = None,
         scratch: bool = False,
         own_state: bool = False,
-    ) -> tuple[list[Tensor], RMSPropState]:
+    ) -> tuple[Vec, RMSPropState]:
         empty = empty or _empty_like(d)
         v = state["v"] if own_state else empty()
         out = d if scratch else empty()
@@ -562,9 +566,9 @@ class PerPlayer(UpdateRule[PerPlayerState]):
             if not isinstance(r, UpdateRule) or isinstance(r, PerPlayer):
                 raise TypeError(f"update[{k}] must be an UpdateRule (Plain, Momentum, Adam, RMSProp), got {r!r}")
         self.rules = rules
-        self._views: Callable[[list[Tensor], int], list[Tensor]] | None = None
+        self._views: Callable[[Sequence[Tensor], int], Vec] | None = None
 
-    def bind(self, views: Callable[[list[Tensor], int], list[Tensor]], num_players: int) -> None:
+    def bind(self, views: Callable[[Sequence[Tensor], int], Vec], num_players: int) -> None:
         """Take ``views(vec, i)``, player i's part of a joint vector (the layout's)."""
         if num_players != len(self.rules):
             raise ValueError(f"update has {len(self.rules)} rules for {num_players} players: give one per player")
@@ -593,23 +597,24 @@ class PerPlayer(UpdateRule[PerPlayerState]):
         players = zip(self.rules, live["players"], saved["players"])
         return {"players": [r.check_loaded(a, b, f"{path}.players[{k}]") for k, (r, a, b) in enumerate(players)]}
 
-    def init(self, like: list[Tensor]) -> PerPlayerState:
+    def init(self, like: Vec) -> PerPlayerState:
         return {"players": [r.init(like) for r in self.rules]}
 
     def apply(
         self,
-        d: list[Tensor],
+        d: Vec,
         state: PerPlayerState,
         empty: Empty | None = None,
         scratch: bool = False,
         own_state: bool = False,
-    ) -> tuple[list[Tensor], PerPlayerState]:
+    ) -> tuple[Vec, PerPlayerState]:
         if self._views is None:
             raise RuntimeError("a PerPlayer rule is used by an algorithm bound to a game")
+        player_views = self._views
         out = d if scratch else (empty or _empty_like(d))()
         new = []
         for i, (rule, st) in enumerate(zip(self.rules, state["players"])):
-            views = functools.partial(self._views, i=i)
+            views: Views = functools.partial(_nth, player_views, i)
             o, st_i = apply(rule, views(d), rule.part(st, i, views))
             for dst, src in zip(views(out), o):
                 if dst is not src:

@@ -36,7 +36,7 @@ _OPS: dict[str, tuple[_Op, _Op, _Op, _Op]] = {
 }
 
 
-class Vec(list):  # type: ignore[type-arg]
+class Vec(list[Tensor]):
     """A joint vector: one flat tensor per (device, dtype) group (see the module).
 
     Arithmetic reads like the equations (``xi + gamma * jt_xi``, ``v.add_(w, alpha=)``,
@@ -84,7 +84,8 @@ class Vec(list):  # type: ignore[type-arg]
     def __mul__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override]
         return self._binary(other, "mul")
 
-    __rmul__ = __mul__
+    def __rmul__(self, other: float | Tensor) -> Vec:  # type: ignore[override]
+        return self._binary(other, "mul")
 
     def __truediv__(self, other: Vec | float | Tensor) -> Vec:
         return self._binary(other, "div")
@@ -109,13 +110,13 @@ class Vec(list):  # type: ignore[type-arg]
         return Vec(torch.zeros_like(t) for t in self)
 
     # --------------------------------------------------------------- in place
-    def __iadd__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override, misc]
+    def __iadd__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override]
         return self._binary_(other, "add")
 
     def __isub__(self, other: Vec | float | Tensor) -> Vec:
         return self._binary_(other, "sub")
 
-    def __imul__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override, misc]
+    def __imul__(self, other: Vec | float | Tensor) -> Vec:  # type: ignore[override]
         return self._binary_(other, "mul")
 
     def __itruediv__(self, other: Vec | float | Tensor) -> Vec:

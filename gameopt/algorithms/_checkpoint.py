@@ -132,7 +132,7 @@ class _Checkpoints(Generic[S]):
         ``counts``; the update rule carries its own (:meth:`~gameopt.UpdateRule.carry`)."""
         out = carry.state(old, fresh, self.counts, skip=("rule",))
         if isinstance(old, dict) and "rule" in old:
-            out["rule"] = self.rule.carry(old["rule"], fresh["rule"], carry)
+            out["rule"] = self.rule.carry(old["rule"], cast(dict, fresh)["rule"], carry)
         return cast(S, out)
 
 

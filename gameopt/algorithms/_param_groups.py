@@ -131,7 +131,10 @@ class _ParamGroups:
 
     if TYPE_CHECKING:  # set by the algorithm's constructor (gameopt.algorithms.base)
         rule: UpdateRule
-        settings: dict[str, Any]
+
+        @property
+        def settings(self) -> dict[str, Any]: ...
+
         _lr: float | list[float] | None
         _defaults: dict[str, float]
         game: GameView | None
@@ -153,6 +156,7 @@ class _ParamGroups:
         self.bind(game)
         self._check_settings()
         n = len(game.players)
+        assert self._lr is not None, "a Wrapper binds through its base"
         lrs = [self._lr] * n if isinstance(self._lr, float) else self._lr
         self._check_lengths(n, {"lr": lrs, **{k: v for k, v in self.settings.items() if isinstance(v, list)}})
         if isinstance(self.rule, PerPlayer):
@@ -229,8 +233,7 @@ class _ParamGroups:
         param groups), so ``copy.deepcopy(algorithm)`` is an unbound algorithm with the
         same settings, ready for another game (a copy of the whole game binds its own)."""
         state = {k: v for k, v in vars(self).items() if k not in _BINDING}
-        views = _rule_views(self.rule)
-        if views is not None:  # the per-player rule's views of the game's layout stay behind
+        if isinstance(self.rule, PerPlayer):  # its views of the game's layout stay behind
             rule = state["rule"] = copy.copy(self.rule)
             rule._views = None
         return state

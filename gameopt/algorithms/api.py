@@ -134,11 +134,12 @@ class Layout(Protocol):
         """A new joint vector of zeros."""
         ...
 
-    def player_views(self, vec: Vec, i: int) -> list[Tensor]:
-        """Player i's part of ``vec``: views, one flat tensor per (device, dtype) group it has."""
+    def player_views(self, vec: Sequence[Tensor], i: int) -> Vec:
+        """Player i's part of ``vec``: views, one flat tensor per (device, dtype) group it
+        has (a ``Vec``: its in-place operations write into ``vec``)."""
         ...
 
-    def per_player(self, vec: Vec) -> tuple[Tensor | tuple[Tensor, ...], ...]:
+    def per_player(self, vec: Sequence[Tensor]) -> tuple[Tensor | tuple[Tensor, ...], ...]:
         """One flat tensor per player (a tuple of them for a player with several groups): views."""
         ...
 
@@ -173,8 +174,8 @@ class OptimisticState(TypedDict):
     rule: RuleState
     #: the previous step's direction u(ξ(w_{t−1}))
     prev: Vec
-    #: steps taken
-    t: int
+    #: steps taken (one count, or one per element once parameters joined later)
+    t: int | Vec
 
 
 class PastExtragradientState(TypedDict):
@@ -208,8 +209,8 @@ class ACGDState(TypedDict):
     v: Vec
     #: the linear solver's warm start
     warm: Vec
-    #: steps taken
-    t: int
+    #: steps taken (one count, or one per element once parameters joined later)
+    t: int | Vec
 
 
 class AveragingState(TypedDict):

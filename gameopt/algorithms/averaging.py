@@ -54,7 +54,7 @@ class Averaging(Wrapper[AveragingState]):
 
     kind = Setting.choice("uniform", "ema")
     decay = Setting.number(low=0.0, high=1.0, high_open=True)
-    start = Setting.number(low=0, integer=True)
+    start = Setting.integer(low=0)
     _swapped = 0  # how many averaged() blocks hold w̄ in the parameters now (they nest)
 
     def __init__(self, base: Algorithm, kind: str = "uniform", decay: float = 0.999, start: int = 0) -> None:
@@ -89,9 +89,8 @@ class Averaging(Wrapper[AveragingState]):
         (``game.state_dict()`` would save w̄ as the iterate, a load would be undone
         on exit): ``RuntimeError``, nothing changed. The block holds the game's
         lock: another thread's step or ``state_dict`` waits until it ends."""
-        if self.game is None:
-            self._bound()  # raises
-        with self.game.lock:  # another thread's step waits for the block to end
+        game, _ = self._bound()  # raises unless bound
+        with game.lock:  # another thread's step waits for the block to end
             game, avg = self._bound()
             layout = game.layout
             n = layout.num_players
@@ -103,7 +102,7 @@ class Averaging(Wrapper[AveragingState]):
                 self._swapped += 1
                 with torch.no_grad():
                     for i in which:
-                        Vec(layout.player_views(layout.data, i)).copy_(layout.player_views(avg, i))
+                        layout.player_views(layout.data, i).copy_(layout.player_views(avg, i))
                 yield
             finally:
                 with torch.no_grad():

@@ -51,7 +51,7 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
 
     Names: :class:`Hyper` declares a schedulable hyperparameter on the class;
     :meth:`schedulable_hypers` lists those; a ``Setting`` declares a fixed one
-    (``k = Setting.number(low=1, integer=True)``); both check every assignment, in
+    (``k = Setting.integer(low=1)``); both check every assignment, in
     the constructor or after it (``ValueError``, nothing changed); :attr:`settings`
     holds every constructor setting by name.
     """
@@ -107,7 +107,7 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
     @classmethod
     def schedulable_hypers(cls) -> dict[str, Hyper]:
         """The schedulable hyperparameters (the class's :class:`Hyper` descriptors), by name."""
-        return hypers_of(cls)
+        return hypers_of(cast(type, cls))
 
     @property
     def lrs(self) -> list[float]:
@@ -215,6 +215,8 @@ class Wrapper(_WrapperParamGroups, _WrapperCheckpoints[S], Algorithm[S]):
 
     It takes no learning rate of its own: ``__init__(base, **settings)``, the
     settings as :class:`Algorithm` takes them."""
+
+    base: Algorithm[Any]
 
     def __init__(self, base: Algorithm, **settings: Any) -> None:
         if not isinstance(base, Algorithm):

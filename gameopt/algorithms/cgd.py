@@ -32,17 +32,17 @@ def competitive_step(
         return delta, delta
     layout = oracle.layout
     a, b = 1, 0
-    eta_a, eta_b = Vec(layout.player_views(eta, a)), Vec(layout.player_views(eta, b))
+    eta_a, eta_b = layout.player_views(eta, a), layout.player_views(eta, b)
     B, Bt, matvec, sqrt_eta_a = schur_operator(lin, eta_a, eta_b)
-    xi_a, xi_b = Vec(layout.player_views(xi, a)), Vec(layout.player_views(xi, b))
+    xi_a, xi_b = layout.player_views(xi, a), layout.player_views(xi, b)
     rhs = -(sqrt_eta_a * (xi_a - B(eta_b * xi_b)))
-    c, _ = cg(matvec, rhs, x0=Vec(layout.player_views(warm, a)), **solver)
+    c, _ = cg(matvec, rhs, x0=layout.player_views(warm, a), **solver)
     delta_a = sqrt_eta_a * c
     delta_b = -(eta_b * (xi_b - Bt(delta_a)))
     delta, new_warm = layout.zeros(), layout.zeros()
-    Vec(layout.player_views(delta, a)).copy_(delta_a)
-    Vec(layout.player_views(delta, b)).copy_(delta_b)
-    Vec(layout.player_views(new_warm, a)).copy_(c)
+    layout.player_views(delta, a).copy_(delta_a)
+    layout.player_views(delta, b).copy_(delta_b)
+    layout.player_views(new_warm, a).copy_(c)
     return delta, new_warm
 
 
@@ -96,7 +96,7 @@ class CGD(Algorithm[CGDState]):
 
     first_order = False
     tol = Setting.number(low=0.0, low_open=True)
-    maxiter = Setting.number(optional=True, low=1, integer=True)
+    maxiter = Setting.integer(optional=True, low=1)
     zero_sum = Setting.flag()
 
     def __init__(
@@ -158,7 +158,7 @@ class ACGD(Algorithm[ACGDState]):
     eps = Setting.number(low=0.0, low_open=True)
     tol = Setting.number(low=0.0)
     atol = Setting.number(low=0.0)
-    maxiter = Setting.number(optional=True, low=1, integer=True)
+    maxiter = Setting.integer(optional=True, low=1)
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ class Lookahead(Wrapper[LookaheadState]):
         - Chavdarova et al. 2021, `Taming GANs with Lookahead-Minmax <https://arxiv.org/abs/2006.14567>`_
     """
 
-    k = Setting.number(low=1, integer=True)
+    k = Setting.integer(low=1)
     alpha = Setting.number(low=0.0, high=1.0, low_open=True)
 
     def __init__(self, base: Algorithm, k: int = 5, alpha: float = 0.5) -> None:

@@ -19,7 +19,7 @@ class _Sequential(Algorithm[NoState]):
 
     first_order = False
     tol = Setting.number(low=0.0, low_open=True)
-    maxiter = Setting.number(optional=True, low=1, integer=True)
+    maxiter = Setting.integer(optional=True, low=1)
     damping = Setting.number(low=0.0)
 
     def init_state(self, game: GameView) -> NoState:
@@ -96,12 +96,12 @@ class FollowTheRidge(_Sequential):
         lin = oracle.linearize()
         check_zero_sum(lin.losses, "this solver")  # refuses anything but (f, −f)
         layout, (eta_x, eta_y) = oracle.layout, self.lrs
-        grad_x = Vec(layout.player_views(lin.xi, 0))  # ξ_x = ∇_x f
+        grad_x = layout.player_views(lin.xi, 0)  # ξ_x = ∇_x f
         rhs = lin.block_vjp_parts(0, 1, grad_x)  # (∂ξ_x/∂y)ᵀ ∇_x f = H_yx ∇_x f
         # (∂ξ_y/∂y)ᵀ c = −H_yy c: z = (−H_yy + λI)⁻¹ H_yx ∇_x f
         z = self._solve(lin, 1, rhs, "the Hessian ∇²_yy f", "−∇²_yy f")
         delta = oracle.scaled(lin.xi, [-eta_x, -eta_y])  # (−η_x ∇_x f, +η_y ∇_y f)
-        Vec(layout.player_views(delta, 1)).add_(z, alpha=-eta_x)
+        layout.player_views(delta, 1).add_(z, alpha=-eta_x)
         return delta, {}
 
 
@@ -140,7 +140,7 @@ class Stackelberg(_Sequential):
             along a direction CG took and ``damping`` 0.
     """
 
-    leader = Setting.number(low=0, high=1, integer=True)
+    leader = Setting.integer(low=0, high=1)
 
     def __init__(
         self,
@@ -160,5 +160,5 @@ class Stackelberg(_Sequential):
         z = self._solve(lin, follow, cross, f"the follower's Hessian ∇²_yy {f}", f"∇²_yy {f}")
         correction = lin.block_vjp_parts(follow, lead, z)  # ∇²_xy f₂ z
         delta = oracle.scaled(lin.xi, [-lr for lr in self.lrs])
-        Vec(layout.player_views(delta, lead)).add_(correction, alpha=self.lrs[lead])
+        layout.player_views(delta, lead).add_(correction, alpha=self.lrs[lead])
         return delta, {}

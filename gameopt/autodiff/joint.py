@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 from itertools import repeat
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -41,14 +42,14 @@ def cat(tensors: Sequence[Tensor]) -> Tensor:
     return flat.clone() if len(tensors) == 1 else flat  # of one tensor, flatten returns a view
 
 
-def param_views(problem: Problem, flat: Tensor, k: int) -> list[Tensor]:
+def param_views(problem: Problem, flat: Tensor, k: int) -> Sequence[Tensor]:
     """Per-parameter views of ``flat``, laid out like entry ``k``'s buffer."""
     if problem.entry_packed[k]:
         return tc.unflatten_dense(flat, problem.entry_params[k])
     return problem.layout.entries[k].buffer.views(flat)
 
 
-def entry_views(problem: Problem, v: Vec, ks: Sequence[int]) -> list[list[Tensor]]:
+def entry_views(problem: Problem, v: Vec, ks: Sequence[int]) -> list[Sequence[Tensor]]:
     """Per-parameter views of the entries ``ks`` of ``v`` (the grad_outputs of a product)."""
     layout = problem.layout
     return [param_views(problem, layout.entry_view(v, layout.entries[k]), k) for k in ks]
@@ -68,7 +69,8 @@ def joint_vector(problem: Problem, parts: Mapping[int, Part | Tensor | None]) ->
             and all(p is not None and not isinstance(p, Tensor) and complete(p) for p in parts.values())
         ):
             # the parameters tile each group in order: one cat per group
-            return Vec(cat([t for k in ks for t in parts[k]]) for ks in problem.group_entries)  # type: ignore[union-attr]
+            full = cast("Mapping[int, list[Tensor]]", parts)  # every part there, each complete
+            return Vec(cat([t for k in ks for t in full[k]]) for ks in problem.group_entries)
         out = layout.empty() if layout.dense else layout.zeros()
         dst: list[Tensor] = []
         src: list[Tensor] = []

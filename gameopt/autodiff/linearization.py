@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -108,20 +108,20 @@ class GeneralLinearization:
         gradient reached. Outputs that are None or have no graph are left out.
         ``last``: free the graph as the pass goes (no product may follow)."""
         self._graph.use(last)
-        keep = [n for n, o in enumerate(outputs) if o is not None and o.requires_grad]
+        keep = [(n, o) for n, o in enumerate(outputs) if o is not None and o.requires_grad]
         if not keep:
             return dict.fromkeys(ins)
         inputs = [t for k in ins for t in self.inputs[k]]
         retain = create_graph or not last
+        kept = [o for _, o in keep]
+        grads: Sequence[Tensor | None]
         if grad_outputs is None:  # losses: scalars
-            grads = torch.autograd.grad(
-                [outputs[n] for n in keep], inputs, retain_graph=retain, create_graph=create_graph, allow_unused=True
-            )
-        else:
+            grads = torch.autograd.grad(kept, inputs, retain_graph=retain, create_graph=create_graph, allow_unused=True)
+        else:  # each output kept has its grad_output
             grads = engine_vjp(
-                [outputs[n] for n in keep],  # type: ignore[misc]
+                kept,
                 inputs,
-                [grad_outputs[n] for n in keep],  # type: ignore[misc]
+                [cast(Tensor, grad_outputs[n]) for n, _ in keep],
                 retain_graph=retain,
                 create_graph=create_graph,
             )
@@ -227,7 +227,7 @@ class GeneralLinearization:
                 parts = self._grad([self.losses[i]], None, others) if others else {}
             out.append(joint_vector(self.problem, parts))
         if self.problem.parallel:
-            stacked = [torch.cat([vec[g] for vec in out]) for g in range(len(out[0]))]
+            stacked = Vec(torch.cat([vec[g] for vec in out]) for g in range(len(out[0])))
             self._mean(stacked)
             out = [Vec(t.chunk(len(out))[i].clone() for t in stacked) for i in range(len(out))]
         return out
@@ -247,7 +247,7 @@ class GeneralLinearization:
 
         with v and c_{ij} = ∇_{w_j} f_i held constant. Without ``cross``, the
         products of :meth:`offdiag_jvp` and the passes of :meth:`cross_gradients`."""
-        cbar: list[dict[int, list[Tensor] | None]] | None
+        cbar: list[dict[int, Sequence[Tensor] | None]] | None
         if not chi:
             cbar = None
         elif self.cross is not None and not self.problem.parallel:  # no average to take: no copies
@@ -261,9 +261,9 @@ class GeneralLinearization:
             if cbar is not None:
                 parts: dict[int, Part | None] = {}
                 for i, g in enumerate(cbar):
-                    outs = self._others(i)
-                    pieces = [t for k in outs for t in self.pieces[k]]
-                    parts.update(self._grad(pieces, [w for k in outs for w in g[k]], self.entries_of[i]))  # type: ignore[union-attr]
+                    others = self._others(i)
+                    pieces = [t for k in others for t in self.pieces[k]]
+                    parts.update(self._grad(pieces, [w for k in others for w in g[k] or ()], self.entries_of[i]))
                 terms.append(joint_vector(self.problem, parts))
             return self._mean(terms[0] if len(terms) == 1 else terms[0] + terms[1])
         parts = {}
@@ -275,9 +275,10 @@ class GeneralLinearization:
                 if v is not None and c is not None:
                     outs += c
                     grad_outs += entry_views(self.problem, v, [k])[0]
-                if cbar is not None and cbar[i][k] is not None:
+                cb = None if cbar is None else cbar[i][k]
+                if cb is not None:
                     outs += self.pieces[k]
-                    grad_outs += cbar[i][k]  # type: ignore[operator]
+                    grad_outs += cb
             parts.update(self._grad(outs, grad_outs, ks))
         return self._mean(joint_vector(self.problem, parts))
 
@@ -394,7 +395,7 @@ class GeneralLinearization:
                     outs.append(t)
                     grad_outs.append(w)
         leaves = [(k, n, u) for k, part in enumerate(us) for n, u in enumerate(part) if u is not None]
-        parts: dict[int, Part | None] = {}
+        parts: dict[int, Part] = {}
         if outs:
             grads = engine_vjp(outs, [u for _, _, u in leaves], grad_outs)  # frees the graph of Jᵀu only
             for (k, n, _), g in zip(leaves, grads):

@@ -31,7 +31,7 @@ class Problem:
     joint vector. The game builds one per layout."""
 
     names: list[str]
-    params: list[list[nn.Parameter]]
+    params: list[list[Tensor]]
     grad_views: list[list[Tensor]]
     places: list[list[list[tuple[nn.Module, str]]]]
     sparse: list[bool]
@@ -50,7 +50,7 @@ class Problem:
 
     # Made once per layout (the game builds a new problem when a player re-fuses):
     @functools.cached_property
-    def inputs(self) -> list[tuple[nn.Parameter, ...]]:
+    def inputs(self) -> list[tuple[Tensor, ...]]:
         """Per player, its parameters as the tuple autograd's engine takes."""
         return [tuple(ps) for ps in self.params]
 
@@ -66,7 +66,7 @@ class Problem:
         return [all(p.is_cpu for p in ps) for ps in self.params]
 
     @functools.cached_property
-    def registrations(self) -> list[tuple[nn.Module, str, nn.Parameter]]:
+    def registrations(self) -> list[tuple[nn.Module, str, Tensor]]:
         """(module, name, parameter) for every place a parameter is registered."""
         return [
             (sub, name, p)
@@ -83,7 +83,7 @@ class Problem:
         return {id(p): p.detach().requires_grad_() for ps in self.params for p in ps}
 
     @functools.cached_property
-    def entry_params(self) -> list[list[nn.Parameter]]:
+    def entry_params(self) -> list[list[Tensor]]:
         """Per layout entry, the parameters of its buffer in order."""
         return [e.buffer.params for e in self.layout.entries]
 

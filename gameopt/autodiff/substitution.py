@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from .. import _torch_compat as tc
 from .problem import Problem
@@ -29,7 +29,7 @@ def substituted(problem: Problem, values: dict[int, Tensor]) -> Iterator[None]:
 
 
 def graph_inputs(
-    problem: Problem, params: Sequence[Sequence[nn.Parameter]]
+    problem: Problem, params: Sequence[Sequence[Tensor]]
 ) -> tuple[list[list[Tensor]], contextlib.AbstractContextManager[None]]:
     """What a kept graph is built on, for each list of ``params``, and the context
     the losses run in. With modules: the problem's detached alias of each parameter

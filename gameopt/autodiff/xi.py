@@ -11,7 +11,7 @@ small ones has it captured with ``autograd.grad`` and copied with one
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -68,10 +68,12 @@ def vector_field(
                 if g is None:
                     plain = False
                     break
-        if not plain:  # a view no gradient reaches is zeroed now; sparse gradients densified
-            views, grads = _reached(problem, i, grads)
+        if plain:
+            got: Sequence[Tensor] = cast("tuple[Tensor, ...]", grads)  # every one there (checked above)
+        else:  # a view no gradient reaches is zeroed now; sparse gradients densified
+            views, got = _reached(problem, i, grads)
         dst += views
-        src += grads
+        src += got
         pending += problem.sizes[i]
         # copy many small players' gradients at once; large ones right away (memory)
         if pending >= COPY_BATCH:
@@ -96,13 +98,13 @@ def _gradient(
     real floating-point tensor, or tensors with ``__torch_function__``
     (``Problem.engine_ok``), take the public function (and its errors). A loss that
     does not depend on the player's parameters is a ``LossError``."""
-    inputs = problem.inputs[i]
+    inputs, run = problem.inputs[i], tc.engine_run_backward
     try:
-        if problem.engine_ok[i] and loss.is_floating_point() and not has_torch_function_unary(loss):
+        if run is not None and problem.engine_ok[i] and loss.is_floating_point() and not has_torch_function_unary(loss):
             ones = (torch.ones_like(loss),)
             if direct is not None and loss.is_cpu:
                 return direct((loss,), ones, retain_graph, False, inputs, True, False)
-            return tc.engine_run_backward((loss,), ones, retain_graph, False, inputs, True, accumulate_grad=False)
+            return run((loss,), ones, retain_graph, False, inputs, True, accumulate_grad=False)
         return torch.autograd.grad(loss, inputs, retain_graph=retain_graph, allow_unused=True)
     except RuntimeError as err:
         if loss.grad_fn is None:

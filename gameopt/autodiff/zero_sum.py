@@ -124,7 +124,7 @@ class ZeroSumLinearization:
             parts = [self._split(v) for v in vs]
             with torch.no_grad():
                 stacked = [torch.stack([p[k] for p in parts]) for k in self._keep]
-            res = torch.autograd.grad(
+            res: Sequence[Tensor | None] = torch.autograd.grad(
                 self._outputs,
                 self._flat_inputs,
                 grad_outputs=stacked,
@@ -169,7 +169,7 @@ class ZeroSumLinearization:
     def block_vjp_parts(self, i: int, j: int, u_i: Sequence[Tensor]) -> Vec:
         """(∂ξ_i/∂w_j)ᵀ u_i on players' parts (see :meth:`GeneralLinearization.block_vjp_parts`)."""
         u = self.layout.zeros()
-        Vec(self.layout.player_views(u, i)).copy_(u_i)
+        self.layout.player_views(u, i).copy_(u_i)
         return Vec(self.layout.player_views(self.block_vjp(i, j, u), j))
 
     def block_vjp(self, i: int, j: int, u: Vec) -> Vec:

@@ -54,12 +54,12 @@ class NuPI(UpdateRule):
         self.ki = ki
         self.ema = ema
 
-    def init(self, like: list[Tensor]) -> State:
+    def init(self, like: Vec) -> State:
         return {"e": Vec(torch.zeros_like(t) for t in like), "t": 0}
 
     def apply(
-        self, d: list[Tensor], state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
-    ) -> tuple[list[Tensor], State]:
+        self, d: Vec, state: State, empty: Empty | None = None, scratch: bool = False, own_state: bool = False
+    ) -> tuple[Vec, State]:
         empty = empty or _empty_like(d)
         e = state["e"] if own_state else empty()
         out = empty()

@@ -16,9 +16,9 @@ import inspect
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -135,10 +135,17 @@ class Game:
         TypeError: an algorithm whose settings are incomplete (nothing is bound).
     """
 
+    _algorithm: Algorithm
+    #: the algorithm's state, the run's memory (a plain dict typed by the
+    #: algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
+    #: the new one after the step's checks, carries it across re-layouts and
+    #: checkpoints it. Read it; replacing it changes what the next step starts from.
+    algorithm_state: Any
+
     def __init__(
         self,
         players: Sequence[Player | nn.Module],
-        losses: Callable[..., Sequence[Tensor]] | None = None,
+        losses: Callable[..., Sequence[Tensor | Mapping[str, Any]] | Tensor] | None = None,
         *,
         algorithm: Algorithm | None = None,
         on_nonfinite: str = "raise",
@@ -224,11 +231,7 @@ class Game:
             algorithm._bind(self)
             state = algorithm.init_state(self)
             self._algorithm = algorithm
-            #: the algorithm's state, the run's memory (a plain dict typed by the
-            #: algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
-            #: the new one after the step's checks, carries it across re-layouts and
-            #: checkpoints it. Read it; replacing it changes what the next step starts from.
-            self.algorithm_state: Any = state
+            self.algorithm_state = state
             self.optimizer = GameOptimizer(self, algorithm)
 
     def _refuse_in_step(self, call: str) -> None:
@@ -290,7 +293,7 @@ class Game:
             yield
         except Exception:
             if self._parallel is not None:
-                self._mean_([torch.full_like(t, float("nan")) for t in self.layout.grad])
+                self._mean_(Vec(torch.full_like(t, float("nan")) for t in self.layout.grad))
             raise
 
     def _replicated_buffers(self, persistent: bool = False) -> list[Tensor]:
@@ -446,7 +449,7 @@ class Game:
 
     def _evaluations(self) -> Evaluations:
         """What the evaluations of one step (or one product) share."""
-        return self._step_context.evaluations()
+        return self._step_context.evaluations(False)
 
     def _loss_scale_now(self) -> float:
         return self.loss_scale.scale if self.loss_scale is not None else 1.0
@@ -527,9 +530,8 @@ class Game:
         ``KeyboardInterrupt`` once the step is committed (``gameopt.interrupts``).
         Called from inside a running step (from its losses), a step is refused
         (``RuntimeError``); ξ, the products and ``state_dict`` may be called there."""
-        if self._step_buffers is not None and self._step_below(
-            inspect.currentframe().f_back
-        ):  # a step other than this one
+        if self._step_buffers is not None and self._step_below(cast(FrameType, inspect.currentframe()).f_back):
+            # a step other than this one
             raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
             self._refresh()
@@ -626,6 +628,7 @@ class Game:
         if not self.stepping:
             self._refresh()
         else:
+            assert self._step_buffers is not None  # held while a step runs
             start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers)
         return checkpoint.state_dict(
             self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale, start

@@ -18,6 +18,7 @@ import contextlib
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -29,6 +30,8 @@ from ..player import Player
 from ..protocols import Along
 from ..vec import Vec, all_finite, finite_bounds, max_abs
 from .errors import NonFiniteError
+
+V = TypeVar("V", bound=Sequence[Tensor])
 
 
 class Moves:
@@ -270,7 +273,7 @@ _requires_grad = operator.attrgetter("requires_grad")
 _INF = math.inf
 
 
-def _add(out: Sequence[Tensor], w: Sequence[Tensor], delta: Sequence[Tensor]) -> Sequence[Tensor]:
+def _add(out: V, w: Sequence[Tensor], delta: Sequence[Tensor]) -> V:
     """``out = w + delta``, tensor by tensor (one per (device, dtype) group); ``out`` may be ``w``."""
     for o, x, d in zip(out, w, delta):
         o.add_(d) if o is x else torch.add(x, d, out=o)

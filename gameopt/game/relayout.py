@@ -136,8 +136,8 @@ def _is_vec(obj: Any, layout: JointLayout) -> bool:
 
 def _map_vectors(obj: Any, layout: JointLayout, fn: Callable[[Vec], Any]) -> Any:
     """Apply ``fn`` to every joint vector (of ``layout``) inside a state structure."""
-    if isinstance(obj, _PerParam):
-        return fn(obj)
+    if isinstance(obj, _PerParam):  # taken apart already (a dict: not to be walked into)
+        return obj
     if _is_vec(obj, layout):
         return fn(obj)
     if isinstance(obj, dict):

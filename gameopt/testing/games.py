@@ -203,7 +203,7 @@ def nonquadratic(seed: int = 2) -> ReferenceGame:
         flat = torch.cat(ws).detach().requires_grad_()
         sizes = [w.numel() for w in ws]
         jacobian = torch.autograd.functional.jacobian(lambda f: torch.cat(xi(list(torch.split(f, sizes)))), flat)
-        return jacobian  # type: ignore[no-any-return]
+        return jacobian
 
     def grads(ws: Points) -> list[list[Tensor]]:
         out = []

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,30 @@ def test_pyproject_packages_every_package_and_the_players_under_their_own_name()
     on_disk = sorted(".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "gameopt").rglob("__init__.py"))
     assert sorted(config["packages"]) == sorted([*on_disk, "gameopt_players"])
     assert config["package-dir"] == {"gameopt_players": "players"}  # no top-level 'players' in site-packages
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_type_hints_marker(tmp_path) -> None:
+    """PEP 561: a type checker reads gameopt's hints only if ``py.typed`` is installed with it.
+    Built from a copy of what the wheel is made of (the build writes beside its sources)."""
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("gameopt", "players"):
+        shutil.copytree(ROOT / name, src / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("gameopt-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    assert "gameopt/py.typed" in names
+    assert "gameopt/algorithms/api.py" in names
 
 
 def _readme_python_blocks() -> list[str]:
