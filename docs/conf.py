@@ -1,12 +1,16 @@
 """Sphinx configuration for gameopt's documentation.
 
-Build (strict: any warning, unresolved cross-reference or broken internal link fails):
+Build (strict: any warning, unresolved cross-reference, broken internal link, page that
+loads a script or stylesheet from the network, or missing API entry fails; the last three
+are docs/build_checks.py's):
 
     python3 -m sphinx -W --keep-going -n -b html docs docs/_build/html
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -31,9 +35,11 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax from the build's _static/mathjax, not from a CDN
     "sphinx.ext.viewcode",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
+    "build_checks",  # docs/build_checks.py: no network loads, no broken links, every API entry
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -88,19 +94,44 @@ sphinx_gallery_conf = {
     "reset_modules": ("matplotlib",),
     "show_memory": False,
     "show_signature": False,
+    # its execution-time pages load jQuery and DataTables from CDNs (build_checks refuses that)
+    "write_computation_times": False,
 }
-
-# math renders with MathJax from its CDN; GAMEOPT_DOCS_MATHJAX points at a local copy
-# for offline viewing (e.g. Debian's libjs-mathjax:
-# file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML)
-if os.environ.get("GAMEOPT_DOCS_MATHJAX"):
-    mathjax_path = os.environ["GAMEOPT_DOCS_MATHJAX"]
 
 html_theme = "furo"
 html_title = f"gameopt {version}"
 html_static_path: list[str] = []
 html_theme_options = {"navigation_with_keys": True}
 suppress_warnings: list[str] = []
+
+
+def _viewcode_module(app: object, modname: str, fullname: str) -> str | None:
+    """The module whose source holds ``modname.fullname``, for viewcode's [source] links.
+    Sphinx's own lookup answers the module of the value for a property, a class attribute
+    or a module's data (``builtins`` for ``first_order = True`` or ``State = dict[...]``),
+    and its index then links to a page it never writes; the class or module that holds
+    them is the one whose source has them."""
+    try:
+        obj: object = importlib.import_module(modname)
+    except ImportError:
+        return None
+    owner = modname
+    for part in fullname.split("."):
+        if inspect.isclass(obj):
+            owner, obj = obj.__module__, inspect.getattr_static(obj, part, None)
+        else:
+            obj = getattr(obj, part, None)
+    if isinstance(obj, property) and obj.fget is not None:
+        return obj.fget.__module__
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if inspect.isclass(obj) or inspect.isroutine(obj):
+        return None  # viewcode's own lookup: the module that defines it
+    return owner
+
+
+def setup(app: object) -> None:
+    app.connect("viewcode-follow-imported", _viewcode_module)  # type: ignore[attr-defined]
 
 
 api_page.write(DOCS / "api" / "index.rst")  # from gameopt.__all__: every public name documented
