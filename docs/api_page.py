@@ -57,7 +57,7 @@ def _section(title: str) -> list[str]:
     return [title, "-" * len(title), ""]
 
 
-def _members(module: ModuleType) -> list[str]:
+def members(module: ModuleType) -> list[str]:
     """The names that ``automodule`` with ``:members:`` documents in ``module``: its
     ``__all__``, or (a module without one) the public classes and functions defined in it."""
     names = getattr(module, "__all__", None)
@@ -84,9 +84,9 @@ def _modules() -> list[tuple[str, list[str]]]:
     # the authors' contract last: most of what it re-exports is documented where it is defined
     for name in users + USER_MODULES + AUTHOR_MODULES[1:] + AUTHOR_MODULES[:1]:
         module = importlib.import_module(name)
-        members = _members(module)
-        exclude = [m for m in members if id(getattr(module, m)) in seen or f"{name}.{m}" in ALIASES]
-        seen |= {id(getattr(module, m)) for m in members}
+        names = members(module)
+        exclude = [m for m in names if id(getattr(module, m)) in seen or f"{name}.{m}" in ALIASES]
+        seen |= {id(getattr(module, m)) for m in names}
         out.append((name, exclude))
     order = users + USER_MODULES + AUTHOR_MODULES
     return sorted(out, key=lambda entry: order.index(entry[0]))
@@ -103,7 +103,7 @@ def documented_ids() -> list[str]:
     that the built page has each (``docs/build_checks.py``)."""
     ids = [f"gameopt.{n}" for n in gameopt.__all__ if not inspect.ismodule(getattr(gameopt, n))]
     for module, exclude in _modules():
-        ids += [f"{module}.{m}" for m in _members(importlib.import_module(module)) if m not in exclude]
+        ids += [f"{module}.{m}" for m in members(importlib.import_module(module)) if m not in exclude]
     ids += list(ALIASES)
     return ids + INTERNALS
 
