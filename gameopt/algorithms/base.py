@@ -225,10 +225,12 @@ class Wrapper(_WrapperParamGroups, _WrapperCheckpoints[S], Algorithm[S]):
 
     @property
     def first_order(self) -> bool:  # type: ignore[override]
+        """Whether only ξ is used (no Jacobian products), as for the base algorithm."""
         return self.base.first_order
 
     @property
     def evaluates_once(self) -> bool:  # type: ignore[override]
+        """Whether ``update`` evaluates the losses once per step, as for the base algorithm."""
         return self.base.evaluates_once
 
     def identity(self) -> dict[str, Any]:
