@@ -5,8 +5,9 @@ fails, listing what it found, when a page
 - loads anything from the network when it is viewed: a ``<script>``, stylesheet, image
   or frame whose address is ``http://``, ``https://`` or ``//`` (math renders from the
   MathJax copy that ``sphinx-mathjax-offline`` puts in ``_static/mathjax``), or
-- links to a file of the site that is not there: every relative ``href`` and ``src``
-  must name a file of the build (the part after ``#`` or ``?`` is not checked), or
+- links to a file of the site that is not there, or to an anchor its page lacks:
+  every relative ``href`` and ``src`` must name a file of the build, and its part after
+  ``#`` (if any) an element of that page, or
 - is the API reference and lacks an entry for a name it documents
   (``api_page.documented_ids``).
 
@@ -16,6 +17,7 @@ them on small pages without building the docs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -80,25 +82,29 @@ def network_loads(html: str) -> list[str]:
     return found
 
 
-def missing_targets(html: str, page: Path, root: Path) -> list[str]:
+def missing_targets(html: str, page: Path, root: Path, ids_of: Callable[[Path], set[str]] | None = None) -> list[str]:
     """The relative addresses in ``html`` (the text of ``page``, a file under the
-    site's folder ``root``) that name no file of the site."""
+    site's folder ``root``) that name no file of the site, or (given ``ids_of``, the
+    ids of a page of the site) an anchor that the page they name lacks."""
     found = []
     for _, _, address, _ in _parse(html).refs:
-        if not address or address.startswith("#") or _remote(address) or address.lower().startswith(NOT_FILES):
+        if not address or _remote(address) or address.lower().startswith(NOT_FILES):
             continue
         parts = urlsplit(address)
         if parts.scheme or parts.netloc:  # file:, ftp: and the like: not a relative address
             continue
         path = unquote(parts.path)
         if not path:
-            continue
-        target = (root / path.lstrip("/")) if path.startswith("/") else (page.parent / path)
-        target = target.resolve()
+            target = page.resolve()
+        else:
+            target = ((root / path.lstrip("/")) if path.startswith("/") else (page.parent / path)).resolve()
         if target.is_dir():
             target = target / "index.html"
         if not target.is_file() or not target.is_relative_to(root.resolve()):
             found.append(address)
+        elif ids_of is not None and parts.fragment and target.suffix == ".html":
+            if unquote(parts.fragment) not in ids_of(target):
+                found.append(address)
     return sorted(set(found))
 
 
@@ -112,11 +118,19 @@ def problems(outdir: Path, api_ids: list[str]) -> list[str]:
     """Every problem of the site in ``outdir``, one line each (empty when there is none)."""
     found = []
     api_html = ""
+    ids: dict[Path, set[str]] = {}
+
+    def ids_of(page: Path) -> set[str]:
+        if page not in ids:
+            ids[page] = _parse(page.read_text(encoding="utf-8")).ids
+        return ids[page]
+
     for page in sorted(outdir.rglob("*.html")):
         html = page.read_text(encoding="utf-8")
         name = page.relative_to(outdir).as_posix()
         found += [f"{name}: loads {ref} from the network" for ref in network_loads(html)]
-        found += [f"{name}: links to {ref}, which is not in the build" for ref in missing_targets(html, page, outdir)]
+        missing = missing_targets(html, page, outdir, ids_of)
+        found += [f"{name}: links to {ref}, which names no file or anchor of the build" for ref in missing]
         if name.startswith("api/"):
             api_html += html
     found += [f"api/: no entry with id {i!r}" for i in missing_ids(api_html, api_ids)]

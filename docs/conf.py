@@ -9,8 +9,6 @@ are docs/build_checks.py's):
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 import sys
 from pathlib import Path
@@ -37,6 +35,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",  # MathJax from the build's _static/mathjax, not from a CDN
     "sphinx.ext.viewcode",
+    "viewcode_links",  # docs/viewcode_links.py: viewcode's links to builtins.html and wrong anchors fixed
     "myst_parser",
     "sphinx_gallery.gen_gallery",
     "build_checks",  # docs/build_checks.py: no network loads, no broken links, every API entry
@@ -103,35 +102,6 @@ html_title = f"gameopt {version}"
 html_static_path: list[str] = []
 html_theme_options = {"navigation_with_keys": True}
 suppress_warnings: list[str] = []
-
-
-def _viewcode_module(app: object, modname: str, fullname: str) -> str | None:
-    """The module whose source holds ``modname.fullname``, for viewcode's [source] links.
-    Sphinx's own lookup answers the module of the value for a property, a class attribute
-    or a module's data (``builtins`` for ``first_order = True`` or ``State = dict[...]``),
-    and its index then links to a page it never writes; the class or module that holds
-    them is the one whose source has them."""
-    try:
-        obj: object = importlib.import_module(modname)
-    except ImportError:
-        return None
-    owner = modname
-    for part in fullname.split("."):
-        if inspect.isclass(obj):
-            owner, obj = obj.__module__, inspect.getattr_static(obj, part, None)
-        else:
-            obj = getattr(obj, part, None)
-    if isinstance(obj, property) and obj.fget is not None:
-        return obj.fget.__module__
-    if isinstance(obj, (staticmethod, classmethod)):
-        obj = obj.__func__
-    if inspect.isclass(obj) or inspect.isroutine(obj):
-        return None  # viewcode's own lookup: the module that defines it
-    return owner
-
-
-def setup(app: object) -> None:
-    app.connect("viewcode-follow-imported", _viewcode_module)  # type: ignore[attr-defined]
 
 
 api_page.write(DOCS / "api" / "index.rst")  # from gameopt.__all__: every public name documented

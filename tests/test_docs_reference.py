@@ -1,7 +1,8 @@
 """The API reference is complete and its one-line summaries are whole sentences
 (issue #37, item 5), and the docs build's checks of its HTML can fail (item 3) —
 without building the docs: ``docs/api_page.py`` says what the page documents, and
-``docs/build_checks.py``'s checks run here on small pages.
+``docs/build_checks.py``'s checks (and ``docs/viewcode_links.py``'s fix of the source
+pages' links) run here on small pages.
 
 A summary is what ``sphinx.ext.autosummary`` shows beside a name: the docstring's first
 paragraph up to the first period followed by a space, read past the abbreviations it
@@ -43,6 +44,7 @@ def _load(name: str) -> ModuleType:
 
 api_page = _load("api_page")
 build_checks = _load("build_checks")
+viewcode_links = _load("viewcode_links")
 
 
 def summary(doc: str) -> tuple[str, str]:
@@ -172,24 +174,35 @@ def test_a_script_or_stylesheet_from_the_network_is_caught() -> None:
     assert build_checks.network_loads('<script src="_static/x.js"></script>') == []
 
 
-def test_a_relative_link_to_no_file_is_caught(tmp_path: Path) -> None:
+def test_a_relative_link_to_no_file_or_anchor_is_caught(tmp_path: Path) -> None:
     (tmp_path / "_modules").mkdir()
     (tmp_path / "api").mkdir()
-    (tmp_path / "api" / "index.html").write_text("")
-    (tmp_path / "_modules" / "gameopt.html").write_text("")
+    (tmp_path / "api" / "index.html").write_text('<dt id="gameopt.updates.AdamState"></dt>')
+    (tmp_path / "_modules" / "gameopt.html").write_text('<span id="x"></span>')
     page = tmp_path / "_modules" / "index.html"
-    html = """<a href="builtins.html">builtins</a> <a href="gameopt.html#x">ok</a>
+    html = """<h1 id="top"></h1><a href="builtins.html">builtins</a> <a href="gameopt.html#x">ok</a>
     <a href="../api/index.html?v=1">ok</a> <a href="../api/">ok</a> <a href="#top">anchor</a>
-    <a href="mailto:a@b.c">mail</a> <img src="../_images/gone.png"> <a href="../../outside.html">out</a>"""
+    <a href="../api/index.html#gameopt.updates.AdamState">ok</a> <a href="mailto:a@b.c">mail</a>
+    <a href="../api/index.html#gameopt.AdamState">no such entry</a> <a href="#bottom">no such anchor</a>
+    <img src="../_images/gone.png"> <a href="../../outside.html">out</a>"""
     page.write_text(html)
     (tmp_path.parent / "outside.html").write_text("")
     missing = ["../../outside.html", "../_images/gone.png", "builtins.html"]
-    assert build_checks.missing_targets(html, page, tmp_path) == missing
+    assert build_checks.missing_targets(html, page, tmp_path) == missing  # files only
+    missing = sorted([*missing, "#bottom", "../api/index.html#gameopt.AdamState"])
     assert build_checks.problems(tmp_path, []) == [
-        "_modules/index.html: links to ../../outside.html, which is not in the build",
-        "_modules/index.html: links to ../_images/gone.png, which is not in the build",
-        "_modules/index.html: links to builtins.html, which is not in the build",
+        f"_modules/index.html: links to {ref}, which names no file or anchor of the build" for ref in missing
     ]
+
+
+def test_a_source_page_s_link_back_to_the_reference_finds_the_entry() -> None:
+    ids = {"gameopt.updates.AdamState": "gameopt.updates.AdamState", "gameopt.Adam": "gameopt.Adam"}
+    ids["gameopt.algorithms.api.check_zero_sum"] = "gameopt.algorithms.api.check_zero_sum"
+    assert viewcode_links.backlink_anchor("gameopt.Adam", "gameopt.updates", ids) == "gameopt.Adam"
+    assert viewcode_links.backlink_anchor("gameopt.AdamState", "gameopt.updates", ids) == "gameopt.updates.AdamState"
+    found = viewcode_links.backlink_anchor("gameopt.check_zero_sum", "gameopt.evaluation", ids)
+    assert found == "gameopt.algorithms.api.check_zero_sum"
+    assert viewcode_links.backlink_anchor("gameopt.Gone", "gameopt.updates", ids) == "gameopt.Gone"
 
 
 def test_a_missing_api_entry_is_caught(tmp_path: Path) -> None:
