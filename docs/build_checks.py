@@ -3,8 +3,9 @@
 fails, listing what it found, when a page
 
 - loads anything from the network when it is viewed: a ``<script>``, stylesheet, image
-  or frame whose address is ``http://``, ``https://`` or ``//`` (math renders from the
-  MathJax copy that ``sphinx-mathjax-offline`` puts in ``_static/mathjax``), or
+  or frame whose address is ``http://``, ``https://`` or ``//``, or a stylesheet of the
+  site that imports or ``url()``-loads such an address (math renders from the MathJax
+  copy that ``sphinx-mathjax-offline`` puts in ``_static/mathjax``), or
 - links to a file of the site that is not there, or to an anchor its page lacks:
   every relative ``href`` and ``src`` must name a file of the build, and its part after
   ``#`` (if any) an element of that page, or
@@ -17,6 +18,7 @@ them on small pages without building the docs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
@@ -82,6 +84,15 @@ def network_loads(html: str) -> list[str]:
     return found
 
 
+#: how a stylesheet loads from the network: ``url(https://...)``, ``@import "//..."``
+_CSS_REMOTE = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])((?:https?:)?//[^'")\s]*)""", re.I)
+
+
+def css_network_loads(css: str) -> list[str]:
+    """The addresses on the network that a stylesheet loads (fonts, images, imports)."""
+    return _CSS_REMOTE.findall(css)
+
+
 def missing_targets(html: str, page: Path, root: Path, ids_of: Callable[[Path], set[str]] | None = None) -> list[str]:
     """The relative addresses in ``html`` (the text of ``page``, a file under the
     site's folder ``root``) that name no file of the site, or (given ``ids_of``, the
@@ -133,6 +144,9 @@ def problems(outdir: Path, api_ids: list[str]) -> list[str]:
         found += [f"{name}: links to {ref}, which names no file or anchor of the build" for ref in missing]
         if name.startswith("api/"):
             api_html += html
+    for sheet in sorted(outdir.rglob("*.css")):
+        name = sheet.relative_to(outdir).as_posix()
+        found += [f"{name}: loads {ref} from the network" for ref in css_network_loads(sheet.read_text("utf-8"))]
     found += [f"api/: no entry with id {i!r}" for i in missing_ids(api_html, api_ids)]
     return found
 

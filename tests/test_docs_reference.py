@@ -172,6 +172,9 @@ def test_a_script_or_stylesheet_from_the_network_is_caught() -> None:
         '<img src="http://example.org/a.png">',
     ]
     assert build_checks.network_loads('<script src="_static/x.js"></script>') == []
+    css = """@import "https://fonts.example.org/a.css"; @font-face { src: url('//example.org/f.woff2') }
+    .a { background: url(data:image/png;base64,AAAA) } .b { background: url(../img/x.png) }"""
+    assert build_checks.css_network_loads(css) == ["https://fonts.example.org/a.css", "//example.org/f.woff2"]
 
 
 def test_a_relative_link_to_no_file_or_anchor_is_caught(tmp_path: Path) -> None:
