@@ -1,6 +1,8 @@
 """Sphinx configuration for gameopt's documentation.
 
-Build (strict: any warning, unresolved cross-reference or broken internal link fails):
+Build (strict: any warning, unresolved cross-reference, broken internal link, page that
+loads a script or stylesheet from the network, or missing API entry fails; the last three
+are docs/build_checks.py's):
 
     python3 -m sphinx -W --keep-going -n -b html docs docs/_build/html
 """
@@ -31,9 +33,12 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax from the build's _static/mathjax, not from a CDN
     "sphinx.ext.viewcode",
+    "viewcode_links",  # docs/viewcode_links.py: viewcode's links to builtins.html and wrong anchors fixed
     "myst_parser",
     "sphinx_gallery.gen_gallery",
+    "build_checks",  # docs/build_checks.py: no network loads, no broken links, every API entry
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -88,13 +93,9 @@ sphinx_gallery_conf = {
     "reset_modules": ("matplotlib",),
     "show_memory": False,
     "show_signature": False,
+    # its execution-time pages load jQuery and DataTables from CDNs (build_checks refuses that)
+    "write_computation_times": False,
 }
-
-# math renders with MathJax from its CDN; GAMEOPT_DOCS_MATHJAX points at a local copy
-# for offline viewing (e.g. Debian's libjs-mathjax:
-# file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML)
-if os.environ.get("GAMEOPT_DOCS_MATHJAX"):
-    mathjax_path = os.environ["GAMEOPT_DOCS_MATHJAX"]
 
 html_theme = "furo"
 html_title = f"gameopt {version}"

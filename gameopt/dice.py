@@ -88,7 +88,9 @@ def _check_finite(value: Tensor, inputs: dict[str, Tensor]) -> None:
 
 
 def objective(logps: Sequence[Tensor], rewards: Tensor, discount: float, baseline: Tensor | None = None) -> Tensor:
-    """The DiCE objective of one agent, averaged over a batch of episodes:
+    """The DiCE objective of one agent, averaged over a batch of episodes.
+
+    The objective is
 
         L = 1/B Σ_b Σ_t γᵗ r_{t,b} ⊡(Σ_{t′≤t} Σ_agents log π(a_{t′,b}))
 

@@ -21,8 +21,10 @@ def _against_others(payoff: Tensor, strategies: Sequence[Tensor], i: int) -> Ten
 
 
 def nash_conv(payoffs: Sequence[Tensor], strategies: Sequence[Tensor]) -> Tensor:
-    """NashConv of a mixed-strategy profile in an n-player normal-form game (the
-    measure of OpenSpiel's ``nash_conv``; Lanctot et al. 2017, "A Unified
+    """NashConv of a mixed-strategy profile in an n-player normal-form game: the sum
+    over players of what each gains by its best deviation.
+
+    The measure of OpenSpiel's ``nash_conv`` (Lanctot et al. 2017, "A Unified
     Game-Theoretic Approach to Multiagent Reinforcement Learning"):
 
     .. math:: \\mathrm{NashConv}(σ) = \\sum_i \\big( \\max_a u_i(a, σ_{-i}) - u_i(σ) \\big) \\ge 0,

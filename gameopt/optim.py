@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 
 
 class GameOptimizer(torch.optim.Optimizer):
-    """A game as a ``torch.optim.Optimizer``: one param group per player, the same
-    dicts as ``game.algorithm.param_groups`` (``'lr'``, the schedulable
-    hyperparameters such as ``'gamma'`` or Adam's ``'betas'``, ``'player'``, and the
-    player's fused parameter buffers as ``'params'``).
+    """A game as a ``torch.optim.Optimizer``, with one param group per player.
+
+    The param groups are the same dicts as ``game.algorithm.param_groups``
+    (``'lr'``, the schedulable hyperparameters such as ``'gamma'`` or Adam's
+    ``'betas'``, ``'player'``, and the player's fused parameter buffers as
+    ``'params'``).
 
     * :meth:`step` is one game step. ``closure`` (optional) re-evaluates the model
       and returns the losses, one per player (optionally followed by a dict of

@@ -360,7 +360,10 @@ _RECOMPUTE_FROM = 1 << 19
 
 
 class Adam(UpdateRule[AdamState]):
-    """Adam (Kingma & Ba 2015, Algorithm 1 in its efficient form):
+    """Adam: steps scaled per coordinate by running estimates of the gradient's first
+    and second moments.
+
+    Kingma & Ba 2015, Algorithm 1 in its efficient form:
 
     m ← β₁ m + (1 − β₁) d,  v ← β₂ v + (1 − β₂) d²,  t ← t + 1,
     out = √(1 − β₂ᵗ) / (1 − β₁ᵗ) · m / (√v + ε).
@@ -472,8 +475,10 @@ class Adam(UpdateRule[AdamState]):
 
 
 class RMSProp(UpdateRule[RMSPropState]):
-    """RMSProp (Tieleman & Hinton 2012, "Lecture 6.5"), without momentum, in one of
-    two conventions that differ in where ε goes and where the mean square starts:
+    """RMSProp (Tieleman & Hinton 2012, "Lecture 6.5") without momentum: the gradient
+    divided by the root of its running mean square.
+
+    Two conventions differ in where ε goes and where the mean square starts:
 
     .. math::
         v ← ρ v + (1 − ρ) d², \\qquad

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 
 class Averaging(Wrapper[AveragingState]):
-    """The running average w̄ of the iterates of any algorithm (Yazıcı et al. 2019,
-    "The Unusual Effectiveness of Averaging in GAN Training", Sec. 3).
+    """The running average w̄ of the iterates of any algorithm (Yazıcı et al. 2019, "The
+    Unusual Effectiveness of Averaging in GAN Training", section 3).
 
     The base algorithm moves the iterates wₜ exactly as without the wrapper; the
     state also holds w̄ₜ, equal to wₜ for t ≤ s (``start``) and after that

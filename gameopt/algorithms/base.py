@@ -208,8 +208,9 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
 
 
 class Wrapper(_WrapperParamGroups, _WrapperCheckpoints[S], Algorithm[S]):
-    """An algorithm around a ``base`` algorithm that moves the iterates: it shares
-    the base's param groups (so its learning rates and schedulers) and its
+    """An algorithm around a ``base`` algorithm that moves the iterates.
+
+    It shares the base's param groups (so its learning rates and schedulers) and its
     first-order nature; subclasses add state around the base's (the base's own
     under the key ``"base"``, within the one state the game holds).
 
@@ -227,10 +228,12 @@ class Wrapper(_WrapperParamGroups, _WrapperCheckpoints[S], Algorithm[S]):
 
     @property
     def first_order(self) -> bool:  # type: ignore[override]
+        """Whether only ξ is used (no Jacobian products), as for the base algorithm."""
         return self.base.first_order
 
     @property
     def evaluates_once(self) -> bool:  # type: ignore[override]
+        """Whether ``update`` evaluates the losses once per step, as for the base algorithm."""
         return self.base.evaluates_once
 
     def identity(self) -> dict[str, Any]:

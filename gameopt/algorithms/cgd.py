@@ -71,7 +71,9 @@ def schur_operator(lin: Linearization, eta_a: Vec, eta_b: Vec) -> tuple[MatVec, 
 
 
 class CGD(Algorithm[CGDState]):
-    """Competitive gradient descent (Schäfer & Anandkumar 2019), for n players:
+    """Competitive gradient descent (Schäfer & Anandkumar 2019), for n players.
+
+    Each step is
 
     .. math:: w_{t+1} = w_t + Δ, \\qquad (I + \\mathrm{diag}(η) H_o) Δ = -\\mathrm{diag}(η) ξ,
 
@@ -123,9 +125,11 @@ class CGD(Algorithm[CGDState]):
 
 
 class ACGD(Algorithm[ACGDState]):
-    """Adaptive competitive gradient descent (Schäfer, Zheng & Anandkumar 2020,
-    "Implicit competitive regularization in GANs") for two-player zero-sum games
-    given as losses (f, −f): CGD with RMSProp-like per-coordinate step sizes,
+    """Adaptive competitive gradient descent: competitive gradient descent with
+    RMSProp-like per-coordinate step sizes, for two-player zero-sum games.
+
+    From Schäfer, Zheng & Anandkumar 2020, "Implicit competitive regularization in
+    GANs", for games given as losses (f, −f):
 
     .. math::
         v ← βv + (1-β) ξ^2, \\qquad

@@ -25,8 +25,11 @@ if TYPE_CHECKING:
 
 
 class Extragradient(Algorithm[DescentState]):
-    """Extragradient (Korpelevich 1976; Gidel et al. 2019, "A Variational
-    Inequality Perspective on Generative Adversarial Networks"):
+    """Extragradient (Korpelevich 1976; Gidel et al. 2019, "A Variational Inequality
+    Perspective on Generative Adversarial Networks"): each step evaluates ξ at an
+    extrapolated point and steps from the current one.
+
+    One step:
 
     .. math::
         w' = w_t - η' u(ξ(w_t)), \\qquad w_{t+1} = w_t - η \\, u(ξ(w'))
@@ -78,7 +81,9 @@ class Extragradient(Algorithm[DescentState]):
 
 class Optimistic(Algorithm[OptimisticState]):
     """Optimistic gradient descent (Daskalakis et al. 2018, "Training GANs with
-    Optimism"; Popov 1980's past extragradient):
+    Optimism"; Popov 1980's past extragradient).
+
+    One step:
 
     .. math:: w_{t+1} = w_t - 2η \\, u(ξ(w_t)) + η \\, u(ξ(w_{t-1}))
 

@@ -12,9 +12,10 @@ if TYPE_CHECKING:
 
 
 class HamiltonianGD(Algorithm[DescentState]):
-    """Hamiltonian gradient descent (Balduzzi et al. 2018, "The Mechanics of
-    n-Player Differentiable Games"; Loizou et al. 2020): descend the Hamiltonian
-    ℋ = ½‖ξ‖², whose gradient is Jᵀξ:
+    """Hamiltonian gradient descent (Balduzzi et al. 2018, "The Mechanics of n-Player
+    Differentiable Games"; Loizou et al. 2020): descend the Hamiltonian ℋ = ½‖ξ‖².
+
+    Its gradient is Jᵀξ:
 
     .. math:: w_{t+1} = w_t - η \\, u(J^⊤ ξ)
 
@@ -52,7 +53,10 @@ class HamiltonianGD(Algorithm[DescentState]):
 
 
 class ConsensusOptimization(Algorithm[DescentState]):
-    """Consensus optimization (Mescheder et al. 2017, "The Numerics of GANs"):
+    """Consensus optimization (Mescheder et al. 2017, "The Numerics of GANs"): gradient
+    play plus γ times the gradient of the Hamiltonian ½‖ξ‖².
+
+    One step:
 
     .. math:: w_{t+1} = w_t - η \\, u(ξ + γ J^⊤ ξ)
 

@@ -13,10 +13,12 @@ if TYPE_CHECKING:
 
 
 class PastExtragradient(Algorithm[PastExtragradientState]):
-    """Extrapolation from the past (Popov 1980, "A modification of the Arrow-Hurwicz
-    method for search of saddle points"; Gidel et al. 2019, "A Variational Inequality
-    Perspective on Generative Adversarial Networks", Algorithm 2,
-    https://arxiv.org/abs/1802.10551):
+    """Extrapolation from the past: extragradient that extrapolates with the previous
+    step's update, one evaluation per step.
+
+    Popov 1980, "A modification of the Arrow-Hurwicz method for search of saddle
+    points"; Gidel et al. 2019, "A Variational Inequality Perspective on Generative
+    Adversarial Networks", Algorithm 2, https://arxiv.org/abs/1802.10551:
 
     .. math::
         w'_t = P(w_t - η \\, u_{t-1}), \\qquad u_t = u(ξ(w'_t)), \\qquad
@@ -50,9 +52,11 @@ class PastExtragradient(Algorithm[PastExtragradientState]):
 
 
 class AnchoredExtragradient(Algorithm[AnchoredExtragradientState]):
-    """Extra anchored gradient, EAG-C (Yoon & Ryu 2021, "Accelerated Algorithms for
-    Smooth Convex-Concave Minimax Problems with O(1/k²) Rate on Squared Gradient
-    Norm", https://arxiv.org/abs/2102.07922):
+    """Extra anchored gradient (EAG-C): extragradient steps pulled toward the starting
+    point, with an O(1/k²) rate on the squared norm of ξ.
+
+    Yoon & Ryu 2021, "Accelerated Algorithms for Smooth Convex-Concave Minimax Problems
+    with O(1/k²) Rate on Squared Gradient Norm", https://arxiv.org/abs/2102.07922:
 
     .. math::
         z_{k+1/2} = z_k + β_k (z_0 - z_k) - α ξ(z_k), \\qquad

@@ -59,10 +59,12 @@ class _Sequential(Algorithm[NoState]):
 
 
 class FollowTheRidge(_Sequential):
-    """Follow-the-Ridge (Wang, Zhang & Ba 2020, "On Solving Minimax Optimization
-    Locally: A Follow-the-Ridge Approach", https://arxiv.org/abs/1910.07512), for
-    two-player zero-sum games given as losses (f, −f): x (player 0) minimizes f and
-    leads, y (player 1) maximizes f:
+    """Follow-the-Ridge: gradient descent-ascent with a correction that keeps the
+    maximizing player on the ridge of f, for two-player zero-sum games.
+
+    Wang, Zhang & Ba 2020, "On Solving Minimax Optimization Locally: A Follow-the-Ridge
+    Approach", https://arxiv.org/abs/1910.07512. The game is given as losses (f, −f): x
+    (player 0) minimizes f and leads, y (player 1) maximizes f:
 
     .. math::
         x ← x - η_x ∇_x f, \\qquad
@@ -106,11 +108,13 @@ class FollowTheRidge(_Sequential):
 
 
 class Stackelberg(_Sequential):
-    """Implicit Stackelberg learning (Fiez, Chasnov & Ratliff 2020, "Implicit Learning
-    Dynamics in Stackelberg Games: Equilibria Characterization, Convergence Analysis,
-    and Empirical Study", https://arxiv.org/abs/1906.01217), for two general-sum
-    players: the leader x (loss f₁) descends its total derivative with the follower
-    y (loss f₂) on its best response, the follower its own gradient:
+    """Implicit Stackelberg learning for two general-sum players: the leader descends
+    its total derivative with the follower on its best response, the follower its own
+    gradient.
+
+    Fiez, Chasnov & Ratliff 2020, "Implicit Learning Dynamics in Stackelberg Games:
+    Equilibria Characterization, Convergence Analysis, and Empirical Study",
+    https://arxiv.org/abs/1906.01217. The leader is x (loss f₁), the follower y (loss f₂):
 
     .. math::
         x ← x - η_x \\big(∇_x f_1 - ∇^2_{xy} f_2 \\, (∇^2_{yy} f_2)^{-1} ∇_y f_1\\big), \\qquad

@@ -17,9 +17,11 @@ JVP_PATHS = ("double_backward", "forward")
 
 
 class SGA(Algorithm[DescentState]):
-    """Symplectic gradient adjustment (Balduzzi et al. 2018, "The Mechanics of
-    n-Player Differentiable Games"; Letcher et al. 2019, "Differentiable Game
-    Mechanics"):
+    """Symplectic gradient adjustment (Balduzzi et al. 2018, "The Mechanics of n-Player
+    Differentiable Games"; Letcher et al. 2019, "Differentiable Game Mechanics"):
+    gradient play plus λ times the antisymmetric part of the game Jacobian applied to ξ.
+
+    One step:
 
     .. math::
         w_{t+1} = w_t - η \\, u(ξ + λ A^⊤ ξ), \\qquad A^⊤ξ = ½(J^⊤ξ - Jξ),

@@ -19,8 +19,10 @@ def _anticipated(lin: Linearization, alpha: float) -> Vec:
 
 
 class LA(Algorithm[DescentState]):
-    """Look-ahead (Zhang & Lesser 2010; Letcher et al. 2019, "Stable Opponent
-    Shaping"): each player anticipates the others' next gradient step,
+    """Look-ahead (Zhang & Lesser 2010; Letcher et al. 2019, "Stable Opponent Shaping"):
+    each player anticipates the others' next gradient step.
+
+    Each step is
 
     .. math:: w_{t+1} = w_t - η \\, u(ξ_0), \\qquad ξ_0 = (I - α H_o) ξ,
 
@@ -59,8 +61,10 @@ class LA(Algorithm[DescentState]):
 
 
 class LOLA(Algorithm[DescentState]):
-    """Learning with opponent-learning awareness (Foerster et al. 2018), in the
-    n-player form of Letcher et al. 2019:
+    """Learning with opponent-learning awareness (Foerster et al. 2018): each player
+    shapes the others' next gradient step to its own advantage.
+
+    In the n-player form of Letcher et al. 2019:
 
     .. math::
         w_{t+1} = w_t - η \\, u(ξ_0 - α χ), \\qquad
@@ -111,7 +115,10 @@ class LOLA(Algorithm[DescentState]):
 
 class SOS(Algorithm[DescentState]):
     """Stable opponent shaping (Letcher et al. 2019, "Stable Opponent Shaping in
-    Differentiable Games"):
+    Differentiable Games"): look-ahead plus LOLA's shaping term, scaled by p ≤ 1 to keep
+    the stable fixed points.
+
+    One step:
 
     .. math:: w_{t+1} = w_t - η \\, u(ξ_0 - p α χ), \\qquad p = \\min(p_1, p_2),
 

@@ -14,8 +14,10 @@ from ..vec import Vec
 
 
 class NuPI(UpdateRule):
-    """The νPI controller (Sohrabi, Ramirez, Zhang, Lacoste-Julien & Gallego-Posada
-    2024), made for Lagrange multipliers, where plain gradient ascent oscillates:
+    """The νPI controller for Lagrange multipliers, where plain gradient ascent
+    oscillates (Sohrabi, Ramirez, Zhang, Lacoste-Julien & Gallego-Posada 2024).
+
+    Given the gradient d at each step:
 
     .. math::
         \\text{out}_0 = K_I d_0, \\qquad

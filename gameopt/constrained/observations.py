@@ -16,8 +16,9 @@ KINDS = {"ineq": ("g", "num_ineq"), "eq": ("h", "num_eq")}
 
 
 class Proxy(NamedTuple):
-    """A constraint observed through a differentiable surrogate, in place of ``g`` or
-    ``h`` (Cotter, Jiang, Gupta, Wang, Narayan, You & Sridharan 2019, `Optimization
+    """A constraint observed through a differentiable surrogate, in place of ``g`` or ``h``.
+
+    After Cotter, Jiang, Gupta, Wang, Narayan, You & Sridharan 2019 (`Optimization
     with Non-Differentiable Constraints with Applications to Fairness, Recall, Churn,
     and Other Goals <https://jmlr.org/papers/v20/18-616.html>`_): the model's
     Lagrangian uses ``surrogate``, the multipliers ascend on ``strict``, which need not

@@ -20,8 +20,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MultiplicativePenalty:
-    """Grow each penalty coefficient by ``growth`` after a step whose strict violation
-    of its constraint exceeds ``tolerance`` (``max(0, gᵢ)``, ``|hⱼ|``), up to a cap:
+    """Grow each penalty coefficient by ``growth``, up to a cap, after a step that
+    violates its constraint by more than ``tolerance``.
+
+    The violation is the strict one (``max(0, gᵢ)``, ``|hⱼ|``):
 
     .. math:: c_i ← \\begin{cases} \\min(\\text{growth} \\cdot c_i, \\; c_{\\max}) & v_i > \\text{tolerance} \\\\
         c_i^{(0)} & v_i = 0 \\text{ (an inequality, with restart)} \\\\
