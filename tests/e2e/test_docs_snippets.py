@@ -98,3 +98,11 @@ def test_blocks_are_found_where_the_pages_have_them() -> None:
     with pytest.raises(AssertionError, match="write ```python"):
         python_blocks("```py\nx = 1\n```\n")
     assert sum(len(python_blocks(p.read_text())) for p in PAGES) >= 20  # the pages do have blocks
+
+
+def test_the_example_players_are_named_as_installed() -> None:
+    """The install provides ``gameopt_players`` (the ``players/`` folder): no page tells
+    a reader to import ``players``, or that the install provides it by that name."""
+    wrong = re.compile(r"^\s*(import players|from players[ .])|installs `gameopt` and `players`", re.M)
+    bad = [p.name for p in PAGES if wrong.search(p.read_text())]
+    assert not bad, f"pages that name the example players `players`: {bad}"
