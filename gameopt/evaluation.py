@@ -47,7 +47,8 @@ _NO_METRICS: Mapping[str, Any] = MappingProxyType({})
 
 class StepLosses(tuple):
     """The players' losses at the start of a step (a tuple: ``g, d = game.step()``),
-    with the metrics the losses returned beside them in ``metrics``.
+    with the metrics the losses returned beside them in ``metrics``; with
+    ``PastExtragradient``, at its extrapolated point (see :meth:`gameopt.Game.step`).
 
     Args:
         losses: one detached 0-d tensor per player.

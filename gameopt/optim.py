@@ -65,7 +65,8 @@ class GameOptimizer(torch.optim.Optimizer):
             closure: re-evaluates the losses (no arguments), or None for the game's own.
 
         Returns:
-            The players' losses at the start of the step (:class:`~gameopt.StepLosses`).
+            The players' losses at the start of the step (:class:`~gameopt.StepLosses`;
+            with ``PastExtragradient``, at its extrapolated point: :meth:`gameopt.Game.step`).
 
         Raises:
             RuntimeError: the game's algorithm was replaced since this optimizer was made.

@@ -122,10 +122,28 @@ class Vec(list[Tensor]):
     def __itruediv__(self, other: Vec | float | Tensor) -> Vec:
         return self._binary_(other, "div")
 
-    def add_(self, other: Vec, alpha: float = 1.0) -> Vec:
-        """In place: ``self += alpha * other`` (one rounding per element)."""
+    def add_(self, other: Vec | float | Tensor, alpha: float = 1.0) -> Vec:
+        """In place: ``self += alpha * other`` (a joint vector: one rounding per
+        element), as :meth:`torch.Tensor.add_`; ``other`` may be a scalar."""
+        if isinstance(other, (Tensor, int, float)):
+            return self._binary_(other if alpha == 1 else other * alpha, "add")
         tc.foreach_add_(self, other, alpha=alpha)
         return self
+
+    def sub_(self, other: Vec | float | Tensor, alpha: float = 1.0) -> Vec:
+        """In place: ``self -= alpha * other``, as :meth:`torch.Tensor.sub_`."""
+        if isinstance(other, (Tensor, int, float)):
+            return self._binary_(other if alpha == 1 else other * alpha, "sub")
+        tc.foreach_sub_(self, other, alpha=alpha)
+        return self
+
+    def mul_(self, other: Vec | float | Tensor) -> Vec:
+        """In place: ``self *= other`` (elementwise for a joint vector), as :meth:`torch.Tensor.mul_`."""
+        return self._binary_(other, "mul")
+
+    def div_(self, other: Vec | float | Tensor) -> Vec:
+        """In place: ``self /= other`` (elementwise for a joint vector), as :meth:`torch.Tensor.div_`."""
+        return self._binary_(other, "div")
 
     def addcmul_(self, a: Vec, b: Vec, value: float = 1.0) -> Vec:
         """In place: ``self += value * a * b``."""
@@ -138,6 +156,7 @@ class Vec(list[Tensor]):
         return self
 
     def copy_(self, other: Iterable[Tensor]) -> Vec:
+        """In place: ``self`` takes ``other``'s values (a joint vector of the same groups)."""
         tc.foreach_copy_(self, list(other))
         return self
 
@@ -155,9 +174,26 @@ class Vec(list[Tensor]):
         """‖self‖ as a 0-d float64 tensor on the first group's device."""
         return self.dot(self).sqrt()
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for a name Vec lacks: an ``AttributeError`` that lists what it has
+        (a reader used to tensors tries their methods)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"'Vec' object has no attribute {name!r}. A Vec has, in place: {', '.join(IN_PLACE)} "
+            f"(and +=, -=, *=, /=); out of place: {', '.join(OUT_OF_PLACE)} (and +, -, *, /, unary -); "
+            "reductions: dot, norm; it is a list of flat tensors, one per (device, dtype) group, "
+            "for anything else (torch._foreach_* takes it as it is)"
+        )
+
     def __repr__(self) -> str:
         groups = ", ".join(f"{t.numel()} × {t.dtype} on {t.device}" for t in self)
         return f"Vec([{groups}])"
+
+
+#: the tensor-style methods of a Vec, named by its AttributeError
+IN_PLACE = ("add_", "sub_", "mul_", "div_", "addcmul_", "lerp_", "copy_", "zero_")
+OUT_OF_PLACE = ("add", "sqrt", "reciprocal", "clone", "zeros_like")
 
 
 def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:

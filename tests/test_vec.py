@@ -118,3 +118,42 @@ def test_all_finite_of_a_conjugate_view() -> None:
     assert all_finite([z.conj()]) is True
     z[1] = complex(1.0, float("inf"))
     assert all_finite([z.conj()]) is False
+
+
+def test_tensor_style_in_place_methods_match_the_tensor_ones() -> None:
+    """``mul_``, ``div_``, ``sub_``, ``add_`` (vector or scalar), ``lerp_`` and ``copy_``
+    do what the same ``torch.Tensor`` methods do on the concatenated tensor, in place."""
+    a, b = _vecs()
+    s = torch.tensor(0.7, dtype=torch.float64)
+    want = _cat(a).clone()
+    ids = [id(t) for t in a]
+    steps = [
+        (lambda v: v.mul_(2), lambda t: t.mul_(2)),
+        (lambda v: v.mul_(s), lambda t: t.mul_(0.7)),
+        (lambda v: v.mul_(b), lambda t: t.mul_(_cat(b))),
+        (lambda v: v.div_(4), lambda t: t.div_(4)),
+        (lambda v: v.div_(b * b + 1), lambda t: t.div_(_cat(b) ** 2 + 1)),
+        (lambda v: v.sub_(b, alpha=0.5), lambda t: t.sub_(_cat(b), alpha=0.5)),
+        (lambda v: v.sub_(3.0), lambda t: t.sub_(3.0)),
+        (lambda v: v.sub_(1.0, alpha=2), lambda t: t.sub_(1.0, alpha=2)),
+        (lambda v: v.add_(s, alpha=-2), lambda t: t.add_(0.7, alpha=-2)),
+        (lambda v: v.add_(5), lambda t: t.add_(5)),
+        (lambda v: v.add_(b, alpha=3), lambda t: t.add_(_cat(b), alpha=3)),
+        (lambda v: v.lerp_(b, 0.25), lambda t: t.lerp_(_cat(b), 0.25)),
+    ]
+    for k, (on_vec, on_tensor) in enumerate(steps):
+        assert on_vec(a) is a, k
+        on_tensor(want)
+        torch.testing.assert_close(_cat(a), want, rtol=1e-5, atol=1e-5, msg=f"step {k}")
+    assert [id(t) for t in a] == ids
+    a.copy_(b)
+    assert [id(t) for t in a] == ids and torch.equal(_cat(a), _cat(b))
+
+
+def test_a_missing_method_names_what_a_vec_has() -> None:
+    a, _ = _vecs()
+    with pytest.raises(AttributeError, match=r"no attribute 'addcdiv_'.*in place: add_, sub_, mul_, div_"):
+        a.addcdiv_(a, a)
+    assert not hasattr(a, "sqrt_")
+    with pytest.raises(AttributeError):
+        a.__no_such_dunder__  # noqa: B018

@@ -38,7 +38,7 @@ What it holds (each name documented where it is defined):
 * the typed states of the built-in algorithms (below), :data:`State` (any
   algorithm's state) and ``GameView`` (the game an algorithm is bound to,
   :class:`gameopt.protocols.GameView`);
-* ``Vec`` (joint vectors, :class:`gameopt.Vec`: arithmetic, the in-place ``add_``,
+* ``Vec`` (joint vectors, :class:`gameopt.Vec`: arithmetic, the in-place ``add_``, ``sub_``, ``mul_``, ``div_``,
   ``addcmul_``, ``lerp_``, ``copy_``, ``zero_``, ``+=``, ``-=``, ``*=``, ``/=``, and
   ``dot``/``norm``), ``Layout`` (what an algorithm reads of the game's joint layout,
   ``oracle.layout`` and ``game.layout``) and ``owned`` (a vector of the caller's

@@ -26,7 +26,9 @@ class PastExtragradient(Algorithm[PastExtragradientState]):
 
     with P each player's projection or mirror step (identity without a feasible set)
     and u the update rule (identity by default), whose state advances once per step.
-    One evaluation of the losses per step; the parameters hold w_t, the state u_{t-1}.
+    One evaluation of the losses per step, at w'_t; the parameters hold w_t, the state
+    u_{t-1}. So ``game.step()`` returns the losses at w'_t (at w_t only on the first
+    step), where the other algorithms return them at w_t.
     Without feasible sets the points w'_t follow optimistic gradient
     (:class:`Optimistic`) from w'_1 on; under projections the two differ.
 

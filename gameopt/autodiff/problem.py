@@ -132,8 +132,16 @@ class Problem:
 
 
 def no_path_error(player_name: str) -> LossError:
-    """The error for a loss that does not depend on its player's parameters."""
-    return LossError(f"the loss of player {player_name!r} does not depend on that player's parameters")
+    """The error for a loss that does not depend on its player's parameters: the
+    losses did not use them, or used tensors the game does not differentiate (the
+    second-order algorithms evaluate the losses on substitutes registered in the
+    modules, which a tensor captured before the game was built never sees)."""
+    return LossError(
+        f"the loss of player {player_name!r} does not depend on that player's parameters: the losses did not "
+        "use the player's current parameters. Either that loss does not involve the player, or the losses "
+        "read tensors captured before the game was built (a parameter, or a value computed from one, held "
+        "by a closure): read the parameters through the module on every call (module(x), module.weight)"
+    )
 
 
 def refuse_compiled(player_name: str, loss: Tensor, grads: Sequence[Tensor | None]) -> None:

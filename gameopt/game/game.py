@@ -492,9 +492,11 @@ class Game:
         """One step of the algorithm. Arguments are passed on to ``losses`` (or to
         each player's own ``loss=``), in every evaluation of the step.
 
-        Returns the players' losses at the start of the step (a tuple of detached
-        0-d tensors), with the metrics the losses returned beside them in
-        ``.metrics`` (see :mod:`gameopt.evaluation`). The players' gradient buffers
+        Returns the players' losses at the step's first evaluation (a tuple of
+        detached 0-d tensors), with the metrics the losses returned beside them in
+        ``.metrics`` (see :mod:`gameopt.evaluation`). That is the start of the step
+        for every algorithm but :class:`~gameopt.PastExtragradient`, whose one
+        evaluation is at its extrapolated point w'_t = P(w_t − η u_{t−1}). The players' gradient buffers
         (``.grad``) serve as scratch space during a step; read ξ with
         :meth:`vector_field`.
         Raises :class:`NonFiniteError` (nothing changed) when a vector field or the

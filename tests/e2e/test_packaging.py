@@ -107,10 +107,10 @@ def _readme_python_blocks() -> list[str]:
 
 @pytest.mark.slow
 def test_readme_first_snippet_runs_from_any_folder(tmp_path) -> None:
-    """The quick start runs as pasted (its own data), here with 2 of its 500 steps."""
+    """The quick start runs as pasted (its own data), here with 2 of its 200 steps."""
     snippet = _readme_python_blocks()[0]
-    assert "from gameopt_players.gan2d import" in snippet and "range(500)" in snippet
-    out = _check(_run(snippet.replace("range(500)", "range(2)"), tmp_path))
+    assert "from gameopt_players.gan2d import" in snippet and "range(200)" in snippet
+    out = _check(_run(snippet.replace("range(200)", "range(2)"), tmp_path))
     assert out.startswith("generator loss ")
 
 
