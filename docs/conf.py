@@ -42,7 +42,15 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "examples/README.txt", "examples/*.py", "**.ipynb_checkpoints"]
+# sg_execution_times.rst: left by older builds (computation times, which load from CDNs, are off)
+exclude_patterns = [
+    "_build",
+    "sg_execution_times.rst",
+    "auto_examples/sg_execution_times.rst",
+    "examples/README.txt",
+    "examples/*.py",
+    "**.ipynb_checkpoints",
+]
 templates_path = ["_templates"]
 
 # strict: -W -n on the command line; these are the references Sphinx cannot resolve
