@@ -137,7 +137,7 @@ class Player:
 
     def __init__(
         self,
-        module: nn.Module | Iterable[nn.Parameter],
+        module: nn.Module | Tensor | Iterable[Tensor],
         *,
         loss: Callable[[], Tensor] | None = None,
         name: str | None = None,

@@ -84,7 +84,8 @@ class Game:
     parameters.
 
     Args:
-        players: :class:`Player` objects (plain ``nn.Module`` are wrapped).
+        players: :class:`Player` objects; a plain ``nn.Module`` or ``nn.Parameter`` is
+            wrapped in one (``Player(module)``).
         losses: callable returning one scalar loss per player; it draws its own
             data, or receives the arguments given to :meth:`step`. ``None``: use
             each player's own ``loss=``.
@@ -144,7 +145,7 @@ class Game:
 
     def __init__(
         self,
-        players: Sequence[Player | nn.Module],
+        players: Sequence[Player | nn.Module | Tensor],
         losses: Callable[..., Sequence[Tensor | Mapping[str, Any]] | Tensor] | None = None,
         *,
         algorithm: Algorithm | None = None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from ..algorithms.base import Algorithm
 from ..player import Player
@@ -17,7 +17,7 @@ class Rollback:
     """Notes, before a game is built from ``given`` (players or modules) and
     ``algorithm``, what building it may change; :meth:`undo` puts it back."""
 
-    def __init__(self, given: Sequence[Player | nn.Module], algorithm: Any) -> None:
+    def __init__(self, given: Sequence[Player | nn.Module | Tensor], algorithm: Any) -> None:
         players = [p for p in given if isinstance(p, Player)]
         self._names = [(p, p.name) for p in players]
         # each buffer's storage as it is now (kept alive), for the joint layout moves it
@@ -25,7 +25,7 @@ class Rollback:
         self._binding = algorithm._save_binding() if isinstance(algorithm, Algorithm) else None
         self._wrapped: list[Player] = []
 
-    def player(self, p: Player | nn.Module) -> Player:
+    def player(self, p: Player | nn.Module | Tensor) -> Player:
         """``p``, or a new player around the module ``p`` (undone by :meth:`undo`)."""
         if isinstance(p, Player):
             return p
