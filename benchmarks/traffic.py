@@ -7,7 +7,7 @@ Every ATen op that a step runs, backward included, passes through a
 For each other op we count one launch, and the elements it reads and writes in
 *parameter-sized* tensors (at least ``n`` elements: a player's flat vector or a
 view of it), which is the step's memory traffic in units of N, the parameters of
-one player. Copies (``copy_``, ``clone``) are counted apart, and so are host syncs
+one player. Copies (``copy_``, ``clone``, ``_foreach_copy_``, ``cat``) are counted apart, and so are host syncs
 (``item``, ``_local_scalar_dense``, ``is_nonzero``).
 
 The game is bilinear, f(x, y) = Σ x·y elementwise, with N parameters per player,
@@ -32,7 +32,7 @@ import gameopt
 
 LR = 1e-3
 _SYNCS = {"item", "_local_scalar_dense", "is_nonzero", "equal"}
-_COPIES = {"copy_", "clone", "_to_copy", "copy"}
+_COPIES = {"copy_", "clone", "_to_copy", "copy", "_foreach_copy_", "cat"}  # cat: a flat backup
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Counting(TorchDispatchMode):
         super().__init__()
         self.count = count
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if not func.is_view:
             name = func.overloadpacket.__name__
@@ -101,39 +101,49 @@ def gameopt_step(n: int, make: Callable[[], gameopt.Algorithm]) -> Callable[[], 
     return game.step
 
 
-def bare_simgd(n: int) -> Callable[[], object]:
-    x, y, losses = bilinear(n)
+Losses = Callable[[], tuple[Tensor, Tensor]]
 
+
+def _xi(losses: Losses, first: list[Tensor], second: list[Tensor]) -> list[Tensor]:
+    """ξ as a user writes it: each player's gradient of its own loss."""
+    f, g = losses()
+    return [*torch.autograd.grad(f, first, retain_graph=True), *torch.autograd.grad(g, second)]
+
+
+def _bare_simgd(losses: Losses, first: list[Tensor], second: list[Tensor]) -> Callable[[], object]:
     def step() -> None:
-        f, g = losses()
-        (gx,) = torch.autograd.grad(f, [x], retain_graph=True)
-        (gy,) = torch.autograd.grad(g, [y])
+        grads = _xi(losses, first, second)
         with torch.no_grad():
-            torch._foreach_add_([x, y], [gx, gy], alpha=-LR)
+            torch._foreach_add_(first + second, grads, alpha=-LR)
 
     return step
 
 
-def bare_extragradient(n: int) -> Callable[[], object]:
-    x, y, losses = bilinear(n)
-    params = [x, y]
-
-    def grads() -> list[Tensor]:
-        f, g = losses()
-        return [*torch.autograd.grad(f, [x], retain_graph=True), *torch.autograd.grad(g, [y])]
+def _bare_extragradient(losses: Losses, first: list[Tensor], second: list[Tensor]) -> Callable[[], object]:
+    params = first + second
 
     def step() -> None:
         with torch.no_grad():
             start = torch._foreach_mul(params, 1.0)  # the point to come back to
-        gs = grads()
+        gs = _xi(losses, first, second)
         with torch.no_grad():
             torch._foreach_add_(params, gs, alpha=-LR)
-        gs = grads()
+        gs = _xi(losses, first, second)
         with torch.no_grad():
             torch._foreach_add_(start, gs, alpha=-LR)
             torch._foreach_copy_(params, start)
 
     return step
+
+
+def bare_simgd(n: int) -> Callable[[], object]:
+    x, y, losses = bilinear(n)
+    return _bare_simgd(losses, [x], [y])
+
+
+def bare_extragradient(n: int) -> Callable[[], object]:
+    x, y, losses = bilinear(n)
+    return _bare_extragradient(losses, [x], [y])
 
 
 def bare_adam(n: int) -> Callable[[], object]:
@@ -159,6 +169,52 @@ def measure(n: int) -> list[tuple[str, Count, Count]]:
     return [(name, count(gameopt_step(n, make), n), count(bare(n), n)) for name, (make, bare) in ROWS.items()]
 
 
+# ------------------------------------------------- a small BatchNorm GAN (launches)
+def bn_gan(seed: int = 0) -> tuple[nn.Module, nn.Module, Callable[[], tuple[Tensor, Tensor]]]:
+    """A generator and a discriminator with BatchNorm (running statistics: module
+    buffers that every forward moves), on fixed synthetic batches."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    gen = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+    disc = nn.Sequential(nn.Linear(2, 16), nn.BatchNorm1d(16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    z, real = torch.randn(32, 4, generator=g), torch.randn(32, 2, generator=g)
+
+    def losses() -> tuple[Tensor, Tensor]:
+        fake = gen(z)
+        d_fake, d_real = disc(fake), disc(real)
+        loss_d = nn.functional.softplus(-d_real).mean() + nn.functional.softplus(d_fake).mean()
+        return nn.functional.softplus(-d_fake).mean(), loss_d
+
+    return gen, disc, losses
+
+
+def gameopt_gan_step(make: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+    gen, disc, losses = bn_gan()
+    return gameopt.Game([gen, disc], losses, algorithm=make()).step
+
+
+def bare_gan_simgd() -> Callable[[], object]:
+    gen, disc, losses = bn_gan()
+    return _bare_simgd(losses, list(gen.parameters()), list(disc.parameters()))
+
+
+def bare_gan_extragradient() -> Callable[[], object]:
+    gen, disc, losses = bn_gan()
+    return _bare_extragradient(losses, list(gen.parameters()), list(disc.parameters()))
+
+
+GAN_ROWS: dict[str, tuple[Callable[[], gameopt.Algorithm], Callable[[], Callable[[], object]]]] = {
+    "SimGD": (lambda: gameopt.SimGD(LR), bare_gan_simgd),
+    "Extragradient": (lambda: gameopt.Extragradient(LR), bare_gan_extragradient),
+}
+
+
+def measure_gan() -> list[tuple[str, Count, Count]]:
+    """Launches of one step on the BatchNorm GAN: every tensor is small, so what counts
+    is ops, copies and syncs (``big`` is 1: every tensor is counted)."""
+    return [(name, count(gameopt_gan_step(make), 1), count(bare(), 1)) for name, (make, bare) in GAN_ROWS.items()]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2**20, help="parameters per player (default: %(default)s)")
@@ -173,9 +229,23 @@ def main() -> None:
             f"{mine.touched / bare.touched:.2f} | {mine.ops} | {bare.ops} | {mine.copies} | {bare.copies} | "
             f"{mine.syncs} / {bare.syncs} |"
         )
-        if args.ops:
-            print(f"|   gameopt ops: {dict(sorted(mine.names.items()))}")
-            print(f"|   bare ops: {dict(sorted(bare.names.items()))}")
+        _names(args.ops, mine, bare)
+    print()
+    print("BatchNorm GAN (4-16-2 generator, 2-16-1 discriminator, batch 32): launches of one step")
+    print("| step | ops (gameopt) | ops (bare) | ratio | copies | bare copies | syncs |")
+    print("|---|---|---|---|---|---|---|")
+    for name, mine, bare in measure_gan():
+        print(
+            f"| {name} | {mine.ops} | {bare.ops} | {mine.ops / bare.ops:.2f} | {mine.copies} | {bare.copies} | "
+            f"{mine.syncs} / {bare.syncs} |"
+        )
+        _names(args.ops, mine, bare)
+
+
+def _names(show: bool, mine: Count, bare: Count) -> None:
+    if show:
+        print(f"|   gameopt ops: {dict(sorted(mine.names.items()))}")
+        print(f"|   bare ops: {dict(sorted(bare.names.items()))}")
 
 
 if __name__ == "__main__":

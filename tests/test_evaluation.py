@@ -307,3 +307,40 @@ def test_step_losses_metrics_are_a_copy_or_an_empty_read_only_mapping() -> None:
     with pytest.raises(TypeError):
         none.metrics["x"] = 1  # type: ignore[index]
     assert StepLosses((a, b), {}).metrics == {}
+
+
+def test_module_buffers_are_saved_by_one_cat_per_dtype_and_put_back_bit_for_bit() -> None:
+    """A step saves every BatchNorm statistic (float running stats, int64 counters, 0-d
+    tensors) with one ``cat`` per (device, dtype), not a ``clone`` per buffer, and a
+    failed step puts each back exactly."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gameopt import _torch_compat as tc
+    from gameopt.evaluation import restore_buffers, saved_buffers
+
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2), nn.BatchNorm1d(2)).double()
+    net(torch.randn(8, 3, dtype=torch.float64))  # statistics that are not their initial values
+    registries = [tc.buffer_registry(m) for m in net.modules()]
+    before = {name: b.clone() for name, b in net.named_buffers()}
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Ops() as ops:
+        saved = saved_buffers(registries)
+    assert sorted(ops.names) == ["cat", "cat"]  # float64 statistics, int64 counters
+    assert [b for b, _ in saved] == [b for r in registries for b in r.values() if b is not None]
+
+    net(torch.randn(8, 3, dtype=torch.float64) * 5)  # a forward moves them all
+    assert not torch.equal(net[1].running_mean, before["1.running_mean"])
+    restore_buffers(saved)
+    for name, b in net.named_buffers():
+        assert b.dtype == before[name].dtype and b.shape == before[name].shape
+        assert torch.equal(b, before[name]), name
