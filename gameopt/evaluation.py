@@ -31,8 +31,6 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from . import _torch_compat as tc
-
 T = TypeVar("T")
 
 
@@ -210,26 +208,13 @@ class Evaluations:
 def saved_buffers(registries: Sequence[dict[str, Tensor | None]]) -> list[tuple[Tensor, Tensor]]:
     """Each buffer in the modules' own buffer registries (``_torch_compat.buffer_registry``
     of every submodule: no recursive search, far cheaper than ``module.buffers()`` on
-    deep models), with a copy of it to put back. The copies are made by one
-    ``torch.cat`` per (device, dtype), not one ``clone`` per buffer (one launch for
-    all the BatchNorm statistics of a network); each is a view of its group's copy."""
-    live = [b for registry in registries for b in registry.values() if b is not None]
-    if len(live) < 2:
-        return [(b, b.detach().clone()) for b in live]
-    groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
-    for b in live:
-        groups.setdefault((b.device, b.dtype), []).append(b)
-    copies: dict[int, Tensor] = {}
-    for bufs in groups.values():  # detached: no grad mode to switch (an interrupt could leave it off)
-        flat = torch.cat([b.detach().reshape(-1) for b in bufs])
-        for b, part in zip(bufs, flat.split([b.numel() for b in bufs])):
-            copies[id(b)] = part.view(b.shape)
-    return [(b, copies[id(b)]) for b in live]
+    deep models), with a copy of it to put back."""
+    return [(b, b.clone()) for registry in registries for b in registry.values() if b is not None]
 
 
 def restore_buffers(saved: Sequence[tuple[Tensor, Tensor]]) -> None:
-    """Put back what :func:`saved_buffers` saved, through ``.data`` (a kept graph may
-    have saved a buffer and must not see a version bump), in one ``foreach`` copy."""
-    if saved:
-        with torch.no_grad():
-            tc.foreach_copy_([b.data for b, _ in saved], [copy for _, copy in saved])
+    """Put back what :func:`saved_buffers` saved, through ``.data``: a kept graph may
+    have saved a buffer and must not see a version bump."""
+    with torch.no_grad():
+        for b, copy in saved:
+            b.data.copy_(copy)
