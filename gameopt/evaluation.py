@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from . import _torch_compat as tc
+
 T = TypeVar("T")
 
 
@@ -212,9 +214,33 @@ def saved_buffers(registries: Sequence[dict[str, Tensor | None]]) -> list[tuple[
     return [(b, b.clone()) for registry in registries for b in registry.values() if b is not None]
 
 
+class BufferCopies:
+    """Copies of the modules' own buffers that a step puts back if it fails, kept from
+    one step to the next: :meth:`save` writes them with one foreach copy (one launch,
+    where :func:`saved_buffers` clones buffer by buffer) and makes them again only when
+    the buffers changed (their number, a shape, dtype or device). What it returns is
+    valid until the next :meth:`save`; a step's saves do not nest."""
+
+    def __init__(self) -> None:
+        self._copies: list[Tensor] = []
+        self._like: list[tuple[torch.Size, torch.dtype, torch.device]] = []
+
+    def save(self, registries: Sequence[dict[str, Tensor | None]]) -> list[tuple[Tensor, Tensor]]:
+        """Each buffer of ``registries`` (as :func:`saved_buffers` takes them) with its copy."""
+        live = [b for registry in registries for b in registry.values() if b is not None]
+        if not live:
+            return []
+        like = [(b.shape, b.dtype, b.device) for b in live]
+        if like != self._like:
+            self._copies, self._like = [torch.empty_like(b) for b in live], like
+        tc.foreach_copy_(self._copies, live)
+        return list(zip(live, self._copies))
+
+
 def restore_buffers(saved: Sequence[tuple[Tensor, Tensor]]) -> None:
-    """Put back what :func:`saved_buffers` saved, through ``.data``: a kept graph may
-    have saved a buffer and must not see a version bump."""
-    with torch.no_grad():
-        for b, copy in saved:
-            b.data.copy_(copy)
+    """Put back what :func:`saved_buffers` or :meth:`BufferCopies.save` saved, in one
+    foreach copy through ``.data`` (a kept graph may have saved a buffer and must not
+    see a version bump)."""
+    if saved:
+        with torch.no_grad():
+            tc.foreach_copy_([b.data for b, _ in saved], [copy for _, copy in saved])

@@ -307,3 +307,65 @@ def test_step_losses_metrics_are_a_copy_or_an_empty_read_only_mapping() -> None:
     with pytest.raises(TypeError):
         none.metrics["x"] = 1  # type: ignore[index]
     assert StepLosses((a, b), {}).metrics == {}
+
+
+def _batch_norm_gan() -> tuple[nn.Module, nn.Module, object]:
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(3, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 2)).double()
+    disc = nn.Sequential(nn.Linear(2, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 1)).double()
+    z, real = torch.randn(16, 3, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64)
+
+    def losses(scale: float = 1.0):
+        d_fake = disc(gen(z))
+        return -d_fake.mean() * scale, d_fake.mean() - disc(real).mean()
+
+    return gen, disc, losses
+
+
+def test_a_step_saves_the_module_buffers_in_one_copy_into_copies_kept_between_steps() -> None:
+    """No clone per BatchNorm statistic: one foreach copy into copies made once, and
+    still a failed step puts every buffer back bit for bit."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    gen, disc, losses = _batch_norm_gan()
+    game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SimGD(0.05))
+    game.step()
+    with gameopt.debug.enabled_in(False), Ops() as ops:  # the path a user's step takes
+        game.step()
+    assert "clone" not in ops.names and "empty_like" not in ops.names  # the copies are kept
+    before = {k: b.clone() for m in (gen, disc) for k, b in m.named_buffers()}
+    params = [p.detach().clone() for m in (gen, disc) for p in m.parameters()]
+    with pytest.raises(gameopt.NonFiniteError):
+        game.step(float("inf"))  # the buffers moved in its forward
+    after = {k: b for m in (gen, disc) for k, b in m.named_buffers()}
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(torch.equal(a, p) for a, p in zip(params, (p for m in (gen, disc) for p in m.parameters())))
+
+
+def test_buffer_copies_follow_buffers_that_change_shape_or_dtype() -> None:
+    from gameopt import _torch_compat as tc
+    from gameopt.evaluation import BufferCopies, restore_buffers
+
+    bn = nn.BatchNorm1d(4)
+    registries = [tc.buffer_registry(bn)]
+    copies = BufferCopies()
+    for change in (None, lambda: bn.register_buffer("running_mean", torch.arange(6.0)), lambda: bn.double()):
+        if change is not None:
+            change()
+        want = {k: b.clone() for k, b in bn.named_buffers()}
+        saved = copies.save(registries)
+        with torch.no_grad():
+            for b in bn.buffers():
+                b.add_(3)
+        restore_buffers(saved)
+        for k, b in bn.named_buffers():
+            assert b.dtype == want[k].dtype and torch.equal(b, want[k]), k

@@ -29,7 +29,7 @@ from ..algorithms import first_order_names
 from ..algorithms.base import Algorithm
 from ..copying import copy_callable
 from ..distributed import DataParallel
-from ..evaluation import Evaluations, StepLosses, restore_buffers, saved_buffers
+from ..evaluation import BufferCopies, Evaluations, StepLosses, restore_buffers
 from ..interrupts import defer, deferred_interrupts, resume
 from ..layout import JointLayout, StepVectors
 from ..loss_scale import DynamicLossScale
@@ -160,6 +160,7 @@ class Game:
         self.lock = threading.RLock()
         # while a step runs (see stepping): set, with the module buffers it started from
         self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
+        self._buffer_copies = BufferCopies()  # the module buffers a step starts from
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
@@ -541,7 +542,7 @@ class Game:
         algorithm = self._algorithm
         oracle = StepOracle(self._step_context, closure, algorithm.evaluates_once)
         old = kept = self.algorithm_state
-        buffers = saved_buffers(self._buffer_registries)  # put back if the step fails
+        buffers = self._buffer_copies.save(self._buffer_registries)  # put back if the step fails
         committed = False
         try:
             self._step_buffers = buffers  # a step runs (see stepping); what a call from the losses sees
