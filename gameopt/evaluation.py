@@ -142,21 +142,25 @@ class Evaluations:
     at the step's starting point; the first plain one is the step's own.
     """
 
-    __slots__ = ("_registries", "_cuda", "_start", "_plain_done", "metrics")  # one per step: no dict
+    __slots__ = ("_registries", "_cuda", "_copies", "_start", "_plain_done", "metrics")  # one per step: no dict
 
     def __init__(
         self,
         registries: Sequence[dict[str, Tensor | None]],
         cuda_devices: Sequence[torch.device] = (),
         once: bool = False,
+        copies: BufferCopies | None = None,
     ) -> None:
         """``registries``: the buffer registry of every module whose own buffers move
         (``_torch_compat.buffer_registry`` of each submodule; not copied); ``cuda_devices``:
         the CUDA devices whose generators the evaluations share (each once); ``once``:
         only the step's own evaluation will run (``Algorithm.evaluates_once``), so the
-        generators' state is not kept, and any other evaluation is refused."""
+        generators' state is not kept, and any other evaluation is refused; ``copies``:
+        where an evaluation away from the step's start saves the buffers (the game's,
+        kept from step to step; an evaluation inside another's clones its own)."""
         self._registries = registries
         self._cuda = cuda_devices
+        self._copies = copies
         self._start = None if once else self._rng()
         self._plain_done = False
         self.metrics: Mapping[str, Any] = _NO_METRICS  # the step's own evaluation's, once kept
@@ -185,13 +189,19 @@ class Evaluations:
                 "(or away from the current point); nothing changed"
             )
         now = self._rng()
-        saved = saved_buffers(self._registries)
+        copies = self._copies
+        own = copies is not None and not copies.in_use  # else inside another evaluation's
+        saved = copies.save(self._registries) if copies is not None and own else saved_buffers(self._registries)
+        if copies is not None and own:
+            copies.in_use = True
         self._set_rng(self._start)
         try:
             yield False
         finally:
             self._set_rng(now)
             restore_buffers(saved)
+            if copies is not None and own:
+                copies.in_use = False
 
     def run_plain(self, evaluate: Callable[..., T], *args: Any) -> tuple[T, bool]:
         """``evaluate(*args)`` as an evaluation at the step's starting point (``with
@@ -219,11 +229,15 @@ class BufferCopies:
     one step to the next: :meth:`save` writes them with one foreach copy (one launch,
     where :func:`saved_buffers` clones buffer by buffer) and makes them again only when
     the buffers changed (their number, a shape, dtype or device). What it returns is
-    valid until the next :meth:`save`; a step's saves do not nest."""
+    valid until the next :meth:`save`: its holder sets :attr:`in_use`, and a caller
+    that finds it set (an evaluation inside another's) saves with
+    :func:`saved_buffers` instead."""
 
     def __init__(self) -> None:
         self._copies: list[Tensor] = []
         self._like: list[tuple[torch.Size, torch.dtype, torch.device]] = []
+        #: whether a caller holds what :meth:`save` returned (one that nests makes its own)
+        self.in_use = False
 
     def save(self, registries: Sequence[dict[str, Tensor | None]]) -> list[tuple[Tensor, Tensor]]:
         """Each buffer of ``registries`` (as :func:`saved_buffers` takes them) with its copy."""

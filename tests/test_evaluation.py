@@ -369,3 +369,31 @@ def test_buffer_copies_follow_buffers_that_change_shape_or_dtype() -> None:
         restore_buffers(saved)
         for k, b in bn.named_buffers():
             assert b.dtype == want[k].dtype and torch.equal(b, want[k]), k
+
+
+def test_an_evaluation_inside_another_puts_the_buffers_back_as_the_outer_one_found_them() -> None:
+    """Extragradient's second evaluation (away from the step's start) saves the
+    BatchNorm statistics in the game's kept copies; losses that ask for ξ from inside
+    it (an evaluation within that evaluation) must not overwrite those copies."""
+    runs = []
+    for nested in (False, True):
+        gen, disc, losses = _batch_norm_gan()
+        games: list[gameopt.Game] = []
+
+        inside: list[bool] = []
+
+        def observed(scale: float = 1.0, losses=losses, games=games, nested=nested, inside=inside):
+            out = losses(scale)  # the forward moved the statistics
+            if nested and games and not inside:
+                inside.append(True)
+                try:
+                    games[0].vector_field()  # runs the losses again, inside this evaluation
+                finally:
+                    inside.clear()
+            return out
+
+        games.append(gameopt.Game([gen, disc], observed, algorithm=gameopt.Extragradient(0.05)))
+        for _ in range(3):
+            games[0].step()
+        runs.append([t.detach().clone() for m in (gen, disc) for t in (*m.parameters(), *m.buffers())])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))

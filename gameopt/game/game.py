@@ -161,6 +161,7 @@ class Game:
         # while a step runs (see stepping): set, with the module buffers it started from
         self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
         self._buffer_copies = BufferCopies()  # the module buffers a step starts from
+        self._evaluation_copies = BufferCopies()  # and those an evaluation elsewhere puts back
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
@@ -386,7 +387,9 @@ class Game:
             parallel=self._parallel is not None,
             mean_=self._mean_,
             together=self._together,
-            evaluations=functools.partial(Evaluations, self._buffer_registries, cuda_devices),
+            evaluations=functools.partial(
+                Evaluations, self._buffer_registries, cuda_devices, copies=self._evaluation_copies
+            ),
             take=self._vectors.take,
             scale=self._loss_scale_now,
         )
