@@ -431,7 +431,7 @@ class Adam(UpdateRule[AdamState]):
         (neither may be ``x``: m₁ is written before v₁ reads ``x``)."""
         b1, b2 = self.betas
         x, m0, v0, m1, v1 = _real(x, m0, v0, m1, v1)
-        torch.mul(m0, b1, out=m1).add_(x, alpha=1 - b1)
+        torch.lerp(m0, x, 1 - b1, out=m1)  # one pass, as torch.optim's Adam (m₀ + (1 − β₁)(x − m₀))
         torch.mul(v0, b2, out=v1).addcmul_(x, x, value=1 - b2)
 
     def _direction(self, m1: Tensor, v1: Tensor, t: int | Tensor, den: Tensor, out: Tensor) -> None:
