@@ -344,7 +344,7 @@ class Momentum(UpdateRule[MomentumState]):
         empty = empty or _empty_like(d)
         buf = state["buf"] if own_state else empty()
         for b, old, x in zip(buf, state["buf"], d):
-            torch.mul(old, self.momentum, out=b).add_(x)
+            torch.add(x, old, alpha=self.momentum, out=b)  # b = x + μ·old, one pass
         if not self.nesterov:
             return buf, {"buf": buf}
         out = d if scratch else empty()
