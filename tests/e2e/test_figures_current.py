@@ -279,3 +279,97 @@ def test_spectrum_figure_is_a_fresh_run() -> None:
     for fresh, row in zip(summary["spectra"], committed["spectra"]):
         assert fresh == pytest.approx(row, rel=1e-5, abs=1e-9)
     assert summary["high_quality_percent"] == pytest.approx(committed["high_quality_percent"], abs=0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, seed", [("random", 0), ("pennies", 1)])
+def test_matrix_games_3p_figure_run_ends_where_committed(method: str, seed: int) -> None:
+    """One run of the committed configuration (projected past extragradient, 4,000 steps)."""
+    from experiments import matrix_games as mg
+    from gameopt_players.matrix_games import cyclic_matching_pennies, random_payoffs
+
+    committed = _committed("matrix_games_3p.json")
+    assert (committed["steps"], committed["lr"]) == (mg.FIGURE_STEPS, mg.FIGURE_LR)
+    title = next(t for t in committed["games"] if t.startswith(method if method == "random" else "cyclic"))
+    payoffs = (
+        random_payoffs(mg.THREE_PLAYERS, mg.THREE_ACTIONS, seed) if method == "random" else cyclic_matching_pennies()
+    )
+    values, strategies = mg.trajectory_n("popov", mg.FIGURE_LR, payoffs, mg.FIGURE_STEPS, seed=seed, every=20)
+    expected = committed["games"][title]["popov"][list(mg.FIGURE_SEEDS).index(seed)]
+    assert values[-1] == pytest.approx(expected["nash_conv"], rel=1e-6, abs=1e-12)
+    assert min(values) == pytest.approx(expected["min_nash_conv"], rel=1e-6, abs=1e-12)
+    flat = [p for s in strategies for p in s]
+    assert flat == pytest.approx([p for s in expected["strategies"] for p in s], rel=1e-6, abs=1e-12)
+
+
+# --------------------------------------------------------- GANs: the first steps only
+@pytest.mark.parametrize(
+    "preset, method, steps",
+    [
+        ("mescheder2017", "consensus", 200),
+        # 6×384 networks: one evaluation's worth of steps. At step 199 a rerun here gave a
+        # generator loss of 0.511 where the committed run has 0.619 (float32 matmuls of that
+        # width, whose sums depend on the CPU's kernels and threads)
+        pytest.param("balduzzi2018", "sga", 100, marks=pytest.mark.slow),
+    ],
+)
+def test_papers_figures_runs_start_as_a_fresh_run(tmp_path, preset: str, method: str, steps: int) -> None:
+    """figures/papers/ is drawn from the committed runs in figures/papers/data/: their
+    first evaluations (every 100 steps), rerun from the same command."""
+    import csv
+
+    from experiments import mixture_gan
+
+    data = FIGURES / "papers" / "data" / preset / f"{method}_s0"
+    config = json.loads((data / "config.json").read_text())
+    assert (config["preset"], config["algorithm"], config["seed"]) == (preset, method, 0)
+    assert mixture_gan.main(["--preset", preset, "--steps", str(steps), "--out", str(tmp_path), "--no-progress"]) == 0
+    fresh_config = json.loads((tmp_path / "config.json").read_text())
+    assert {k: v for k, v in fresh_config.items() if k != "snapshot_every"} == {
+        k: v for k, v in config.items() if k != "snapshot_every"
+    }
+    rows = [
+        list(csv.DictReader((f / "metrics.csv").read_text().splitlines()))[: steps // 100] for f in (tmp_path, data)
+    ]
+    for fresh, committed in zip(*rows):
+        assert fresh["step"] == committed["step"]
+        for key in ("g_loss", "d_loss"):
+            assert float(fresh[key]) == pytest.approx(float(committed[key]), rel=1e-3)
+        assert float(fresh["high_quality"]) == pytest.approx(float(committed["high_quality"]), abs=0.5)
+        assert abs(float(fresh["modes"]) - float(committed["modes"])) <= 1
+
+
+@pytest.mark.parametrize(
+    "label, dataset", [("Adam", "ring"), ("SGA (Adam, λ=1)", "ring"), ("Consensus (SGD, γ=0.1)", "grid")]
+)
+def test_mixture_figures_runs_start_as_a_fresh_run(monkeypatch, label: str, dataset: str) -> None:
+    """The first 200 steps (two evaluations) of seed 0 of a run the mixture figures draw."""
+    from experiments import mixture_gan
+
+    committed = _committed("mixture_results.json")
+    assert committed["steps"] == mixture_gan.FIG_STEPS and committed["log_every"] == mixture_gan.FIG_LOG_EVERY
+    history = committed["histories"][label][dataset][0]
+    monkeypatch.setitem(mixture_gan.FIG_STEPS, dataset, 2 * mixture_gan.FIG_LOG_EVERY)
+    fresh = mixture_gan._figure_run((label, dataset, 0))["history"]
+    assert fresh["step"] == history["step"][:2]
+    assert fresh["high_quality"] == pytest.approx(history["high_quality"][:2], abs=0.5)
+    assert all(abs(a - b) <= 1 for a, b in zip(fresh["modes"], history["modes"][:2]))
+
+
+@pytest.mark.slow
+def test_digits_figures_run_starts_as_a_fresh_run(monkeypatch) -> None:
+    """The classifier that scores the digits figures, and the first evaluation (150 steps)
+    of seed 0 of Extra-Adam."""
+    pytest.importorskip("sklearn")
+    from experiments import digits_gan
+
+    committed = _committed("digits_results.json")
+    assert committed["steps"] == digits_gan.FIG_STEPS and committed["log_every"] == digits_gan.FIG_LOG_EVERY
+    monkeypatch.setattr(digits_gan, "FIG_STEPS", digits_gan.FIG_LOG_EVERY)
+    run = digits_gan._figure_run(("Extra-Adam", 0))
+    assert run["classifier_accuracy"] == pytest.approx(committed["classifier_accuracy"], abs=5e-3)
+    assert run["fd_real_vs_real"] == pytest.approx(committed["fd_real_vs_real"], rel=1e-3)
+    history = committed["histories"]["Extra-Adam"][0]
+    assert run["history"]["step"] == history["step"][:1]
+    assert run["history"]["fd"] == pytest.approx(history["fd"][:1], rel=1e-3)
+    assert run["history"]["classes"] == pytest.approx(history["classes"][:1], abs=1)
