@@ -131,10 +131,23 @@ def _make_figures() -> list[str]:
     record: dict = {"distance": {"lr": lr, "steps": steps, "curves": {}}}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     styles = ["-", "--", "-.", ":"]
+    markers = "ovs^DP*X"
+    curves: dict[str, list[float]] = {}
     for k, (label, (name, hyper)) in enumerate(COMPARED.items()):
         d = trajectory(name, lr, steps, hyper=hyper if hyper is not None else {"alpha": lr})
         record["distance"]["curves"][label] = d
-        ax.semilogy(range(len(d)), d, styles[k % 4], label=label, lw=1.6)
+        # a curve equal to an earlier one (SGA = consensus, LA = extragradient here) says so and
+        # gets markers at other steps, so that neither hides the other
+        same = [
+            other
+            for other, e in curves.items()
+            if len(e) == len(d) and all(abs(a - b) <= 1e-9 * abs(b) for a, b in zip(d, e))
+        ]
+        curves[label] = d
+        shown = f"{label} (= {same[0]})" if same else label
+        ax.semilogy(
+            range(len(d)), d, styles[k % 4], label=shown, lw=1.6, marker=markers[k], ms=4, markevery=(4 * k, 40)
+        )
     ax.set_xlabel("iteration")
     ax.set_ylabel("distance to equilibrium ‖(x, y)‖")
     ax.set_title(f"Bilinear game min_x max_y xᵀAy (d={DIM}, η={lr})")
