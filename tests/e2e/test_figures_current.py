@@ -111,7 +111,10 @@ def test_stackelberg_figure_run_from_the_first_start_ends_where_committed(method
 
 
 # ------------------------------------------------------------------ matrix games
-@pytest.mark.parametrize("method", ["mwu", "omwu", "pgd", "peg", "popov"])
+@pytest.mark.parametrize(
+    "method",
+    ["mwu", "omwu", "pgd", pytest.param("peg", marks=pytest.mark.slow), pytest.param("popov", marks=pytest.mark.slow)],
+)
 def test_matrix_games_figure_on_rock_paper_scissors_ends_where_committed(method: str) -> None:
     from experiments import matrix_games as mg
     from gameopt_players.matrix_games import ROCK_PAPER_SCISSORS
@@ -303,16 +306,11 @@ def test_matrix_games_3p_figure_run_ends_where_committed(method: str, seed: int)
 
 
 # --------------------------------------------------------- GANs: the first steps only
-@pytest.mark.parametrize(
-    "preset, method, steps",
-    [
-        ("mescheder2017", "consensus", 200),
-        # 6×384 networks: one evaluation's worth of steps. At step 199 a rerun here gave a
-        # generator loss of 0.511 where the committed run has 0.619 (float32 matmuls of that
-        # width, whose sums depend on the CPU's kernels and threads)
-        pytest.param("balduzzi2018", "sga", 100, marks=pytest.mark.slow),
-    ],
-)
+# balduzzi2018 (6×384 networks, 0.3–0.5 s a step) is left out: its first evaluation (100
+# steps) matches, but at step 199 a rerun gave a generator loss of 0.511 where the committed
+# run has 0.619 (SGA's code changed after those runs, as the mixture table's SGA row shows;
+# rerunning them takes hours)
+@pytest.mark.parametrize("preset, method, steps", [("mescheder2017", "consensus", 200)])
 def test_papers_figures_runs_start_as_a_fresh_run(tmp_path, preset: str, method: str, steps: int) -> None:
     """figures/papers/ is drawn from the committed runs in figures/papers/data/: their
     first evaluations (every 100 steps), rerun from the same command."""
@@ -340,7 +338,12 @@ def test_papers_figures_runs_start_as_a_fresh_run(tmp_path, preset: str, method:
 
 
 @pytest.mark.parametrize(
-    "label, dataset", [("Adam", "ring"), ("SGA (Adam, λ=1)", "ring"), ("Consensus (SGD, γ=0.1)", "grid")]
+    "label, dataset",
+    [
+        ("Adam", "ring"),
+        pytest.param("SGA (Adam, λ=1)", "ring", marks=pytest.mark.slow),
+        ("Consensus (SGD, γ=0.1)", "grid"),
+    ],
 )
 def test_mixture_figures_runs_start_as_a_fresh_run(monkeypatch, label: str, dataset: str) -> None:
     """The first 200 steps (two evaluations) of seed 0 of a run the mixture figures draw."""
