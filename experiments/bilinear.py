@@ -6,6 +6,7 @@ python -m experiments.bilinear --figures      # regenerate figures/bilinear_*.pn
 
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -102,6 +103,17 @@ COMPARED = {
 }
 
 
+FIGURE_LR, FIGURE_STEPS, STEPSIZE_STEPS = 0.2, 300, 200
+
+
+def stepsize_kind(name: str, lr: float, hyper: dict | None) -> str:
+    """How a run of STEPSIZE_STEPS steps ends: its distance over the start's below 1/2,
+    above 2 (or it stopped early), or between."""
+    d = trajectory(name, lr, STEPSIZE_STEPS, hyper=hyper if hyper is not None else {"alpha": lr})
+    ratio = d[-1] / d[0] if len(d) == STEPSIZE_STEPS + 1 else float("inf")
+    return "converges" if ratio < 0.5 else ("diverges" if ratio > 2 else "stays bounded")
+
+
 def make_figures(quiet: bool = False) -> list[str]:
     """Regenerate this experiment's figures; returns their paths."""
     with one_thread():
@@ -115,12 +127,27 @@ def _make_figures() -> list[str]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    lr, steps = 0.2, 300
+    lr, steps = FIGURE_LR, FIGURE_STEPS
+    record: dict = {"distance": {"lr": lr, "steps": steps, "curves": {}}}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     styles = ["-", "--", "-.", ":"]
+    markers = "ovs^DP*X"
+    curves: dict[str, list[float]] = {}
     for k, (label, (name, hyper)) in enumerate(COMPARED.items()):
         d = trajectory(name, lr, steps, hyper=hyper if hyper is not None else {"alpha": lr})
-        ax.semilogy(range(len(d)), d, styles[k % 4], label=label, lw=1.6)
+        record["distance"]["curves"][label] = d
+        # a curve equal to an earlier one (SGA = consensus, LA = extragradient here) says so and
+        # gets markers at other steps, so that neither hides the other
+        same = [
+            other
+            for other, e in curves.items()
+            if len(e) == len(d) and all(abs(a - b) <= 1e-9 * abs(b) for a, b in zip(d, e))
+        ]
+        curves[label] = d
+        shown = f"{label} (= {same[0]})" if same else label
+        ax.semilogy(
+            range(len(d)), d, styles[k % 4], label=shown, lw=1.6, marker=markers[k], ms=4, markevery=(4 * k, 40)
+        )
     ax.set_xlabel("iteration")
     ax.set_ylabel("distance to equilibrium ‖(x, y)‖")
     ax.set_title(f"Bilinear game min_x max_y xᵀAy (d={DIM}, η={lr})")
@@ -128,14 +155,15 @@ def _make_figures() -> list[str]:
     path1 = save_figure(fig, "bilinear_distance.png", dpi=110)
 
     lrs = np.geomspace(0.01, 2.0, 14)
+    record["stepsizes"] = {"steps": STEPSIZE_STEPS, "lrs": lrs.tolist(), "kinds": {}}
     fig, ax = plt.subplots(figsize=(7, 4.2))
     kinds = {"converges": ("tab:green", "s"), "stays bounded": ("tab:orange", "o"), "diverges": ("tab:red", "x")}
     seen = set()
-    for row, (name, hyper) in enumerate(COMPARED.values()):
+    for row, (label, (name, hyper)) in enumerate(COMPARED.items()):
+        record["stepsizes"]["kinds"][label] = []
         for lr_ in lrs:
-            d = trajectory(name, float(lr_), 200, hyper=hyper if hyper is not None else {"alpha": float(lr_)})
-            ratio = d[-1] / d[0] if len(d) == 201 else np.inf
-            kind = "converges" if ratio < 0.5 else ("diverges" if ratio > 2 else "stays bounded")
+            kind = stepsize_kind(name, float(lr_), hyper)
+            record["stepsizes"]["kinds"][label].append(kind)
             color, marker = kinds[kind]
             ax.scatter([lr_], [row], c=color, marker=marker, label=None if kind in seen else kind)
             seen.add(kind)
@@ -145,7 +173,11 @@ def _make_figures() -> list[str]:
     ax.set_title("Bilinear game: behaviour after 200 steps by step size")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     path2 = save_figure(fig, "bilinear_stepsizes.png", dpi=110)
-    return [path1, path2]
+    from experiments.common import figures_dir
+
+    path3 = figures_dir() / "bilinear.json"  # the numbers of both figures, for tests/e2e/test_figures_current.py
+    path3.write_text(json.dumps(record) + "\n")
+    return [path1, path2, str(path3)]
 
 
 if __name__ == "__main__":

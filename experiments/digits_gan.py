@@ -356,6 +356,12 @@ def make_figures(quiet: bool = False) -> list[str]:
         "fd_real_vs_real": fd_floor,
         "algorithms": {label: {"algorithm": a, "lr": lr, "hp": hp} for label, (a, lr, hp) in COMPARED.items()},
         "results": table,
+        # the scores every FIG_LOG_EVERY steps, one history per seed (tests/e2e/test_figures_current.py
+        # reruns the first steps)
+        "log_every": FIG_LOG_EVERY,
+        "histories": {
+            label: [r["history"] for r in sorted(by_label[label], key=lambda r: r["seed"])] for label in labels_
+        },
     }
     paths += write_results("digits_results", lines, payload, t0, sum(r["cpu_s"] for r in results), quiet)
     if not quiet:

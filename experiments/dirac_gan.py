@@ -18,6 +18,7 @@ python -m experiments.dirac_gan --figures      # regenerate figures/dirac_gan.pn
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 
@@ -170,9 +171,12 @@ def _make_figures(quiet: bool) -> list[str]:
     grid = np.linspace(-lim, lim, 25)
     T, P = np.meshgrid(grid, grid)
     fig, axes = plt.subplots(2, 5, figsize=(18, 8.6), sharex=True, sharey=True)
+    record: dict = {"steps": STEPS, "start": list(START), "runs": {}}
     for k, (ax, (label, (name, hyper, r1))) in enumerate(zip(axes.ravel(), COMPARED.items())):
         lr = LR_OVERRIDE.get(label, LR)
         traj = np.array(trajectory(name, lr, STEPS, dict(hyper), r1))
+        record["runs"][label] = {"lr": lr, "steps_done": len(traj) - 1, "points": traj[::10].tolist()}
+        record["runs"][label]["end"] = traj[-1].tolist()
         U, V = vector_field(T, P, r1)
         ax.streamplot(T, P, -U, -V, color="0.75", density=0.8, linewidth=0.7, arrowsize=0.7)
         ax.plot(traj[:, 0], traj[:, 1], "-", color="tab:blue", lw=1.3, label="trajectory")
@@ -196,7 +200,11 @@ def _make_figures(quiet: bool) -> list[str]:
         "grey: the flow −ξ (−ξ with the R1 term in the last panel)"
     )
     path = save_figure(fig, "dirac_gan.png")
-    return [path]
+    from experiments.common import figures_dir
+
+    numbers = figures_dir() / "dirac_gan.json"  # every 10th point, for tests/e2e/test_figures_current.py
+    numbers.write_text(json.dumps(record) + "\n")
+    return [path, str(numbers)]
 
 
 if __name__ == "__main__":

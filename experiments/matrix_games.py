@@ -260,8 +260,8 @@ def _make_figures(quiet: bool) -> list[str]:
                     gaps,
                     label=label if k == 0 else None,
                     color=f"C{list(METHODS).index(method)}",
-                    lw=1.2,
-                    alpha=0.9,
+                    ls=LINESTYLES[list(METHODS).index(method) % len(LINESTYLES)],
+                    lw=1.3,
                 )
             results["games"][title][method] = {
                 "final_gaps": finals,
@@ -280,6 +280,9 @@ def _make_figures(quiet: bool) -> list[str]:
             for method, r in per.items():
                 print(f"{title}: {METHODS[method][2]}: final gaps {', '.join(f'{g:.2e}' for g in r['final_gaps'])}")
     return [path, str(res), *_three_player_figure(quiet)]
+
+
+LINESTYLES = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1))]
 
 
 def _three_player_figure(quiet: bool) -> list[str]:
@@ -316,14 +319,20 @@ def _three_player_figure(quiet: bool) -> list[str]:
             for payoffs, seed in runs:
                 values, strategies = trajectory_n(method, FIGURE_LR, payoffs, FIGURE_STEPS, seed=seed, every=every)
                 steps = [every * i for i in range(len(values))]
-                shown = [max(v, 1e-16) for v in values]
-                ax.semilogy(steps, shown, color=f"C{m}", lw=1.1, label=label if seed == runs[0][1] else None)
+                # a NashConv of exactly 0 has no place on a log axis: the line stops there and a
+                # triangle marks the step, one height per method (several methods reach 0 together)
+                shown = [v if v > 0 else float("nan") for v in values]
+                style = {"ls": LINESTYLES[m % len(LINESTYLES)], "lw": 1.3, "color": f"C{m}"}
+                ax.semilogy(steps, shown, **style, label=label if seed == runs[0][1] else None)
+                zero = next((t for t, v in zip(steps, values) if v == 0), None)
+                if zero is not None:
+                    ax.plot([zero], [10.0 ** (-16 + 1.5 * m)], "v", color=f"C{m}", ms=6)
                 cells.append(f"{values[-1]:.2e} ({min(values):.1e})")
                 finals.append({"nash_conv": values[-1], "min_nash_conv": min(values), "strategies": strategies})
             results["games"][title][method] = finals
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         ax.set_xlabel("step")
-        ax.set_ylabel("NashConv (last iterate)")
+        ax.set_ylabel("NashConv (last iterate); ▼: exactly 0 from there on")
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
     path = save_figure(fig, "matrix_games_3p.png", dpi=70)

@@ -590,6 +590,20 @@ def make_figures(quiet: bool = False) -> list[str]:
         "seeds": {k: list(v) for k, v in FIG_SEEDS.items()},
         "algorithms": {label: {"algorithm": a, "lr": lr, "hp": hp} for label, (a, lr, hp) in COMPARED.items()},
         "results": table,
+        # modes and high-quality % every FIG_LOG_EVERY steps: label → dataset → one history per seed
+        # (tests/e2e/test_figures_current.py reruns the first steps)
+        "log_every": FIG_LOG_EVERY,
+        "histories": {
+            label: {
+                ds: [
+                    r["history"]
+                    for r in sorted(results, key=lambda r: r["seed"])
+                    if r["label"] == label and r["dataset"] == ds
+                ]
+                for ds in datasets
+            }
+            for label in labels
+        },
     }
     paths += write_results("mixture_results", lines, payload, t0, sum(r["cpu_s"] for r in results), quiet)
     if not quiet:

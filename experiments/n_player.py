@@ -22,6 +22,7 @@ python -m experiments.n_player --figures      # regenerate figures/n_player.png
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -188,7 +189,9 @@ def _make_figures(quiet: bool) -> list[str]:
 
     styles = ["-", "--", "-.", ":"]
     fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 5.2), sharey=True)
+    record: dict = {"players": N_PLAYERS, "dim": DIM, "lr": LR, "steps": STEPS, "panels": {}}
     for ax, (title, kind, coupling) in zip(axes, PANELS):
+        curves = record["panels"][f"{kind}, c={coupling}"] = {}
         q = make_game(kind, N_PLAYERS, DIM, coupling, 0)
         ev = torch.linalg.eigvals(q.M)
         for k, (label, (name, hyper)) in enumerate(COMPARED.items()):
@@ -196,6 +199,7 @@ def _make_figures(quiet: bool) -> list[str]:
             lr = LR / 5 if name == "adam" else LR
             hyper = {key: (lr if v is None else v) for key, v in hyper.items()}
             d = np.array(trajectory(name, lr, STEPS, q, hyper))
+            curves[label] = (d / d[0]).tolist()  # the relative distance the figure draws
             ax.semilogy(
                 range(len(d)), d / d[0], styles[k % 4], lw=1.5, label=label, color=f"C{k}" if k < 10 else "black"
             )
@@ -217,7 +221,11 @@ def _make_figures(quiet: bool) -> list[str]:
     axes[-1].legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{N_PLAYERS}-player quadratic games ({DIM} parameters each), η={LR}, same start for every algorithm")
     path = save_figure(fig, "n_player.png", dpi=110)
-    return [path]
+    from experiments.common import figures_dir
+
+    numbers = figures_dir() / "n_player.json"  # for tests/e2e/test_figures_current.py
+    numbers.write_text(json.dumps(record) + "\n")
+    return [path, str(numbers)]
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ python -m experiments.spectrum --figures      # regenerate figures/spectrum.png
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -270,7 +271,12 @@ def _make_figures(quiet: bool) -> list[str]:
         f"{result['quality']:.0f}% high-quality samples after {FIG_STEPS} steps"
     )
     path = save_figure(fig, "spectrum.png")
-    return [path]
+    from experiments.common import figures_dir
+
+    numbers = figures_dir() / "spectrum.json"  # for tests/e2e/test_figures_current.py
+    record = {"steps": FIG_STEPS, "lr": FIG_LR, **_summary(result), "rows": rows}
+    numbers.write_text(json.dumps(record, indent=1) + "\n")
+    return [path, str(numbers)]
 
 
 if __name__ == "__main__":

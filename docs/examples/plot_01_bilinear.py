@@ -7,6 +7,8 @@ The bilinear game :math:`\\min_x \\max_y x^\\top A y` has its only equilibrium a
 :math:`\\xi = (Ay, -A^\\top x)` is a pure rotation, so simultaneous gradient descent
 spirals *out* at every step size, while extragradient (Korpelevich 1976) and
 optimistic gradient (Daskalakis et al. 2018) converge at a linear rate for small steps.
+At this step size the two converge at almost the same rate, so their curves nearly
+coincide (extragradient dashed, optimism dotted with markers).
 """
 
 import matplotlib.pyplot as plt
@@ -24,19 +26,19 @@ x0 = torch.randn(dim, dtype=torch.float64)
 y0 = torch.randn(dim, dtype=torch.float64)
 
 algorithms = {
-    "SimGD": gameopt.SimGD(0.1),
-    "Extragradient": gameopt.Extragradient(0.1),
-    "Optimistic": gameopt.Optimistic(0.1),
+    "SimGD": (gameopt.SimGD(0.1), dict(color="C0", ls="-")),
+    "Extragradient": (gameopt.Extragradient(0.1), dict(color="C1", ls="--", lw=2)),
+    "Optimistic": (gameopt.Optimistic(0.1), dict(color="C2", ls=":", lw=2, marker="o", markevery=30, ms=4)),
 }
 fig, ax = plt.subplots(figsize=(6, 4))
-for name, algorithm in algorithms.items():
+for name, (algorithm, style) in algorithms.items():
     x, y = QuadraticPlayer(x0), QuadraticPlayer(y0)  # each holds one parameter vector of shape (10,)
     game = gameopt.Game([x, y], bilinear_losses(x, y, A), algorithm=algorithm)
     distance = []
     for _ in range(300):
         distance.append(torch.cat([x.w, y.w]).norm().item())
         game.step()
-    ax.semilogy(distance, label=name)
+    ax.semilogy(distance, label=name, **style)
     print(f"{name:>14}: distance to the equilibrium after 300 steps {distance[-1]:.2e}")
 ax.set_xlabel("step")
 ax.set_ylabel(r"$\|(x, y)\|$")
