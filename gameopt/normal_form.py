@@ -77,6 +77,7 @@ def _check_strategy(i: int, s: Tensor) -> None:
         got = f"shape {tuple(s.shape)} and {s.dtype}" if isinstance(s, Tensor) else type(s).__name__
         raise ValueError(f"strategies[{i}] must be a real vector (a 1-D tensor), got {got}")
     tol = torch.finfo(s.dtype).eps ** 0.5 if s.is_floating_point() else 0.0
+    s = s.detach()  # a check, outside any graph (a strategy may require grad)
     total = float(s.sum())
     if not bool((s >= 0).all()) or not abs(total - 1.0) <= tol:  # NaN fails both comparisons
         raise ValueError(

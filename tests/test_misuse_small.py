@@ -48,6 +48,19 @@ def test_nash_conv_of_integer_payoffs_is_computed_in_floating_point() -> None:
     assert pure.dtype == torch.get_default_dtype() and float(pure) == 2.0
 
 
+def test_nash_conv_takes_strategies_that_require_grad_without_a_warning() -> None:
+    """Strategies being learned (leaves that require grad): the probability check reads
+    them outside the graph (the suite turns warnings into errors), and NashConv stays
+    differentiable in them."""
+    rps = torch.tensor(RPS, dtype=F64)
+    x = torch.tensor([0.5, 0.5, 0.0], dtype=F64, requires_grad=True)
+    y = torch.full((3,), 1 / 3, dtype=F64, requires_grad=True)
+    got = gameopt.nash_conv([rps, -rps], [x, y])
+    assert float(got.detach()) == pytest.approx(0.5, rel=1e-14)
+    got.backward()
+    assert x.grad is not None and y.grad is not None
+
+
 @pytest.mark.parametrize(
     "strategy, match",
     [
