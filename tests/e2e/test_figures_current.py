@@ -306,11 +306,17 @@ def test_matrix_games_3p_figure_run_ends_where_committed(method: str, seed: int)
 
 
 # --------------------------------------------------------- GANs: the first steps only
-# balduzzi2018 (6×384 networks, 0.3–0.5 s a step) is left out: its first evaluation (100
-# steps) matches, but at step 199 a rerun gave a generator loss of 0.511 where the committed
-# run has 0.619 (SGA's code changed after those runs, as the mixture table's SGA row shows;
-# rerunning them takes hours)
-@pytest.mark.parametrize("preset, method, steps", [("mescheder2017", "consensus", 200)])
+# balduzzi2018 (6×384 float32 networks) is checked over its first evaluation only: by step
+# 199 a rerun drifts from the committed runs, the baseline by 1% (generator loss 0.864 against
+# 0.855) and SGA by more (0.511 against 0.619), as rounding differences grow; its SGA runs
+# (0.3–0.5 s a step) are not rerun here (docs/results.md says so)
+@pytest.mark.parametrize(
+    "preset, method, steps",
+    [
+        ("mescheder2017", "consensus", 200),
+        pytest.param("balduzzi2018", "simgd", 100, marks=pytest.mark.slow),
+    ],
+)
 def test_papers_figures_runs_start_as_a_fresh_run(tmp_path, preset: str, method: str, steps: int) -> None:
     """figures/papers/ is drawn from the committed runs in figures/papers/data/: their
     first evaluations (every 100 steps), rerun from the same command."""
@@ -321,7 +327,8 @@ def test_papers_figures_runs_start_as_a_fresh_run(tmp_path, preset: str, method:
     data = FIGURES / "papers" / "data" / preset / f"{method}_s0"
     config = json.loads((data / "config.json").read_text())
     assert (config["preset"], config["algorithm"], config["seed"]) == (preset, method, 0)
-    assert mixture_gan.main(["--preset", preset, "--steps", str(steps), "--out", str(tmp_path), "--no-progress"]) == 0
+    args = ["--preset", preset, "--algorithm", method, "--steps", str(steps), "--out", str(tmp_path), "--no-progress"]
+    assert mixture_gan.main(args) == 0
     fresh_config = json.loads((tmp_path / "config.json").read_text())
     assert {k: v for k, v in fresh_config.items() if k != "snapshot_every"} == {
         k: v for k, v in config.items() if k != "snapshot_every"
