@@ -8,7 +8,8 @@ For each other op we count one launch, and the elements it reads and writes in
 *parameter-sized* tensors (at least ``n`` elements: a player's flat vector or a
 view of it), which is the step's memory traffic in units of N, the parameters of
 one player. Copies (``copy_``, ``clone``, ``_foreach_copy_``, ``cat``) are counted apart, and so are host syncs
-(``item``, ``_local_scalar_dense``, ``is_nonzero``).
+(``item``, ``_local_scalar_dense``, ``is_nonzero``). The counter is
+:mod:`gameopt.testing.traffic`; ``tests/game/test_step_traffic.py`` keeps these counts.
 
 The game is bilinear, f(x, y) = Σ x·y elementwise, with N parameters per player,
 so that ξ costs the same few passes everywhere and what differs is the step's
@@ -21,65 +22,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import gameopt
+from gameopt.testing.traffic import Count, count
 
 LR = 1e-3
-_SYNCS = {"item", "_local_scalar_dense", "is_nonzero", "equal"}
-_COPIES = {"copy_", "clone", "_to_copy", "copy", "_foreach_copy_", "cat"}  # cat: a flat backup
-
-
-@dataclass
-class Count:
-    """What one step ran: launches (non-view ops), copies, host syncs, and the elements
-    read and written in tensors of at least ``big`` elements."""
-
-    big: int
-    ops: int = 0
-    copies: int = 0
-    syncs: int = 0
-    touched: int = 0
-    names: dict[str, int] = field(default_factory=dict)
-
-    def add(self, name: str, tensors: list[Tensor]) -> None:
-        self.ops += 1
-        self.names[name] = self.names.get(name, 0) + 1
-        self.copies += name in _COPIES
-        self.syncs += name in _SYNCS
-        self.touched += sum(t.numel() for t in tensors if t.numel() >= self.big)
-
-
-class Counting(TorchDispatchMode):
-    def __init__(self, count: Count) -> None:
-        super().__init__()
-        self.count = count
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view:
-            name = func.overloadpacket.__name__
-            ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)]
-            outs = [t for t in tree_flatten(out)[0] if isinstance(t, Tensor)]
-            # an in-place op's output is its first input: count it once, as a write
-            outs = [t for t in outs if not any(t is i for i in ins)] if name.endswith("_") else outs
-            self.count.add(name, ins + outs)
-        return out
-
-
-def count(step: Callable[[], object], big: int, warmup: int = 2) -> Count:
-    """The counts of one call of ``step``, after ``warmup`` calls (lazy state made)."""
-    for _ in range(warmup):
-        step()
-    c = Count(big)
-    with Counting(c):
-        step()
-    return c
 
 
 # ------------------------------------------------------------------ the game

@@ -28,10 +28,12 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 from torch.autograd import forward_ad
+from torch.utils._python_dispatch import TorchDispatchMode  # every ATen op, for counting (gameopt.testing.traffic)
 
 __all__ = [
     "PUBLIC_ONLY",
     "TORCH_VERSION",
+    "TorchDispatchMode",
     "compiled_original",
     "disabled_torch_function_impl",
     "engine_run_backward",

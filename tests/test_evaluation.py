@@ -325,21 +325,13 @@ def _batch_norm_gan() -> tuple[nn.Module, nn.Module, object]:
 def test_a_step_saves_the_module_buffers_in_one_copy_into_copies_kept_between_steps() -> None:
     """No clone per BatchNorm statistic: one foreach copy into copies made once, and
     still a failed step puts every buffer back bit for bit."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.names: list[str] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
+    from gameopt.testing.traffic import Count, Counting
 
     gen, disc, losses = _batch_norm_gan()
     game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SimGD(0.05))
     game.step()
-    with gameopt.debug.enabled_in(False), Ops() as ops:  # the path a user's step takes
+    ops = Count(big=1)
+    with gameopt.debug.enabled_in(False), Counting(ops):  # the path a user's step takes
         game.step()
     assert "clone" not in ops.names and "empty_like" not in ops.names  # the copies are kept
     before = {k: b.clone() for m in (gen, disc) for k, b in m.named_buffers()}

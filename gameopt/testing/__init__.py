@@ -21,6 +21,9 @@ A new algorithm gets the checks by one row of the table (docs/custom-algorithm.m
   ``AssertionError`` naming what differs), and the tools they use: :func:`oracle`
   (the oracle a step hands its algorithm), :func:`held_storages`,
   :func:`assert_same_state`, :func:`straight_and_resumed`.
+* :mod:`.traffic`: a step's launches, copies, host syncs and memory traffic,
+  counted exactly (:func:`~gameopt.testing.traffic.count`), as
+  ``tests/game/test_step_traffic.py`` and ``benchmarks/traffic.py`` use them.
 
 Run your tests with ``GAMEOPT_DEBUG=1`` (:mod:`gameopt.debug`): misuse of borrowed
 vectors then fails loudly.

@@ -1,0 +1,92 @@
+"""A step's launches and memory traffic, counted exactly (no timing).
+
+Every ATen op that a call runs, backward included, passes through a
+``TorchDispatchMode``. Views (``func.is_view``) cost nothing and are not counted.
+Each other op counts as one launch, and adds the elements it reads and writes in
+tensors of at least ``big`` elements: with ``big`` a player's size, that is the
+step's memory traffic in units of N. Copies and host syncs are counted apart.
+
+The counts do not depend on the CPU's vector unit or on the machine's load, so a
+test may assert them (``tests/game/test_step_traffic.py``), and
+``benchmarks/traffic.py`` prints them beside the bare loop's::
+
+    from gameopt.testing.traffic import count
+
+    c = count(game.step, big=n)
+    c.touched / n, c.ops, c.copies, c.syncs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from .. import _torch_compat as tc
+
+#: ops that wait for the device (a value read on the host)
+SYNCS = frozenset({"item", "_local_scalar_dense", "is_nonzero", "equal"})
+#: ops that copy a tensor (``cat``: a flat backup)
+COPIES = frozenset({"copy_", "clone", "_to_copy", "copy", "_foreach_copy_", "cat"})
+
+
+@dataclass
+class Count:
+    """What one call ran: launches (non-view ops), copies, host syncs, the elements read
+    and written in tensors of at least ``big`` elements, and the launches by op name."""
+
+    big: int
+    ops: int = 0
+    copies: int = 0
+    syncs: int = 0
+    touched: int = 0
+    names: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, tensors: list[Tensor]) -> None:
+        self.ops += 1
+        self.names[name] = self.names.get(name, 0) + 1
+        self.copies += name in COPIES
+        self.syncs += name in SYNCS
+        self.touched += sum(t.numel() for t in tensors if t.numel() >= self.big)
+
+
+class Counting(tc.TorchDispatchMode):
+    """Adds every non-view op run inside it to ``count``."""
+
+    def __init__(self, count: Count) -> None:
+        super().__init__()
+        self.count = count
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            name = func.overloadpacket.__name__
+            ins, outs = _tensors((args, kwargs)), _tensors(out)
+            # an in-place op's output is its first input: count it once, as a write
+            outs = [t for t in outs if not any(t is i for i in ins)] if name.endswith("_") else outs
+            self.count.add(name, ins + outs)
+        return out
+
+
+def _tensors(tree: Any) -> list[Tensor]:
+    """The tensors in nested tuples, lists and dicts (an op's arguments or results)."""
+    if isinstance(tree, Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        tree = list(tree.values())
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _tensors(item)]
+    return []
+
+
+def count(call: Callable[[], object], big: int, warmup: int = 2) -> Count:
+    """The counts of one ``call()``, after ``warmup`` calls (lazy state made: a rule's
+    moments, the copies a game keeps between steps)."""
+    for _ in range(warmup):
+        call()
+    c = Count(big)
+    with Counting(c):
+        call()
+    return c
