@@ -8,7 +8,7 @@ number of players or parameter tensors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +18,7 @@ from . import _torch_compat as tc
 from . import debug
 from .buffer import FlatBuffer, Segment, segment_view, split_plan
 from .player import Player
-from .vec import Vec
+from .vec import Scaled, Vec
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,31 @@ class JointLayout:
                 for e, f in zip(entries, fs):
                     o[e.start : e.stop].add_(t[e.start : e.stop], alpha=f)
         return out
+
+    def resolve(self, step: Vec | Scaled, empty: Callable[[], Vec] | None = None) -> Vec:
+        """A step as a vector: ``step`` itself, or a :class:`~gameopt.vec.Scaled` step's
+        ``factorᵢ · dᵢ``, written where it says (``into``), else into ``empty()``."""
+        if isinstance(step, Vec):
+            return step
+        into = step.into if step.into is not None else (empty or self.empty)()
+        return self.scale_(step.direction, step.factors, out=into)
+
+    def add_scaled(self, out: Vec, w: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
+        """``out = w + factor · vec`` with one factor per joint group
+        (:meth:`one_factor_per_group`): one add with ``alpha`` per group, in place when
+        ``out`` is ``w``."""
+        for o, x, t, f in zip(out, w, vec, self._factors(factors)):
+            o.add_(t, alpha=f) if o is x else torch.add(x, t, alpha=f, out=o)  # type: ignore[arg-type]
+        return out
+
+    def one_factor_per_group(self, factors: Sequence[float]) -> bool:
+        """Whether the players of each joint group share one factor (as in one player's
+        group, or when every player's factor is the same)."""
+        return all(isinstance(fs, float) for fs in self._factors(factors))
+
+    def factor_bounds(self, factors: Sequence[float]) -> list[float]:
+        """Per joint group, the largest ``|factor|`` of the players in it."""
+        return [abs(fs) if isinstance(fs, float) else max(map(abs, fs)) for fs in self._factors(factors)]
 
     def group_entries(self, g: int) -> list[Entry]:
         """The player buffers in joint group ``g``, in storage order."""

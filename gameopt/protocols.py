@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .evaluation import StepLosses
     from .layout import JointLayout
     from .player import Player
-    from .vec import Vec
+    from .vec import Step, Vec
 
 Along = tuple["Vec", Sequence[float]]  # (direction, one factor per player)
 
@@ -176,10 +176,11 @@ class OracleInterface(Protocol):
         cost one reverse pass per player."""
         ...
 
-    def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
+    def moved(self, delta: Step, at: Vec | None = None) -> Vec:
         """A new vector (the caller's): the point reached from the current point (or
         ``at``) by the step ``delta``, through the players' feasible sets (``w + delta``
-        where there are none). ``delta`` is left as it is."""
+        where there are none), as the game's move would form it (a ``Scaled`` step's
+        ``w + factor · d`` in one op). ``delta`` is left as it is."""
         ...
 
     def delta_to(self, target: Vec) -> Vec:

@@ -196,6 +196,39 @@ IN_PLACE = ("add_", "sub_", "mul_", "div_", "addcmul_", "lerp_", "copy_", "zero_
 OUT_OF_PLACE = ("add", "sqrt", "reciprocal", "clone", "zeros_like")
 
 
+class Scaled:
+    """A step given as a direction and one factor per player, ``δᵢ = factorᵢ · dᵢ``,
+    for the game's move to apply as ``w + factorᵢ · dᵢ`` in its own pass (as
+    ``torch.optim``'s ``p.add_(grad, alpha=-lr)``), where scaling first would take a
+    pass of its own (:meth:`gameopt.Algorithm.scaled_descent`).
+
+    It is not a vector: it has no arithmetic. Where a step is needed as a vector (a
+    wrapper's ``oracle.moved(delta)``), :meth:`gameopt.layout.JointLayout.resolve`
+    forms it.
+
+    Args:
+        direction: ``d``, a joint vector, read by the move (it must stay as it is
+            until then).
+        factors: one factor per player.
+        into: where :meth:`~gameopt.layout.JointLayout.resolve` may write the step
+            (the direction itself when it is scratch); ``None``: a new vector.
+    """
+
+    __slots__ = ("direction", "factors", "into")
+
+    def __init__(self, direction: Vec, factors: Sequence[float], into: Vec | None = None) -> None:
+        self.direction = direction
+        self.factors = [float(f) for f in factors]
+        self.into = into
+
+    def __repr__(self) -> str:
+        return f"Scaled(factors={self.factors})"
+
+
+#: what an algorithm's update returns: the step as a vector, or as a direction and factors
+Step = Vec | Scaled
+
+
 def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:
     """⟨a, b⟩ for any two joint vectors (lists of tensors): see :meth:`Vec.dot`."""
     return Vec(a).dot(b)

@@ -43,6 +43,10 @@ What it holds (each name documented where it is defined):
   ``dot``/``norm``), ``Layout`` (what an algorithm reads of the game's joint layout,
   ``oracle.layout`` and ``game.layout``) and ``owned`` (a vector of the caller's
   instead of the borrowed gradient buffer, for a state to keep);
+* ``Scaled`` and ``Step``: what ``update`` returns, a step as a joint vector or as a
+  direction with one factor per player (``self.scaled_descent``), which the game's
+  move applies in its own pass (:class:`gameopt.vec.Scaled`); a wrapper forms a
+  vector of its base's step with ``oracle.layout.resolve(step, oracle.empty)``;
 * the step counts of a state (``next_count``, ``stepped``: one count for all
   elements, or one per element once parameters joined a running game);
 * the linear solvers ``cg`` and ``gmres`` on joint vectors (``gameopt.linalg``),
@@ -56,7 +60,7 @@ gameopt's names only from here; a test keeps it so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypedDict
 
 from torch import Tensor
@@ -71,7 +75,7 @@ from ..state import Carry
 from ..updates import State as RuleState
 from ..updates import UpdateRule, next_count, stepped
 from ..updates import apply as apply_rule
-from ..vec import Vec
+from ..vec import Scaled, Step, Vec
 from .base import Algorithm, Hyper, Setting, Wrapper
 
 __all__ = [
@@ -96,8 +100,10 @@ __all__ = [
     "Oracle",
     "PastExtragradientState",
     "RuleState",
+    "Scaled",
     "Setting",
     "State",
+    "Step",
     "UpdateRule",
     "Vec",
     "Wrapper",
@@ -145,6 +151,10 @@ class Layout(Protocol):
 
     def scale_(self, vec: Vec, factors: Sequence[float], out: Vec | None = None) -> Vec:
         """Each player's part of ``vec`` times its factor: in place, or into ``out``."""
+        ...
+
+    def resolve(self, step: Vec | Scaled, empty: Callable[[], Vec] | None = None) -> Vec:
+        """A step as a vector (a ``Scaled`` step's ``factorᵢ · dᵢ``)."""
         ...
 
 

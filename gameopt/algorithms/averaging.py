@@ -12,7 +12,7 @@ from torch import Tensor
 from .api import Algorithm, AveragingState, Setting, Vec, Wrapper, check_number
 
 if TYPE_CHECKING:
-    from .api import GameView, Oracle
+    from .api import GameView, Oracle, Step
 
 
 class Averaging(Wrapper[AveragingState]):
@@ -63,7 +63,7 @@ class Averaging(Wrapper[AveragingState]):
     def init_state(self, game: GameView) -> AveragingState:
         return {"base": self.base.init_state(game), "avg": game.layout.data.clone(), "count": 0}
 
-    def update(self, oracle: Oracle, state: AveragingState) -> tuple[Vec, AveragingState]:
+    def update(self, oracle: Oracle, state: AveragingState) -> tuple[Step, AveragingState]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         n = count - self.start

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from ..settings import Setting
 from ..state import clone_state, moved_like, retyped, tensors_in
 from ..updates import Plain, State, UpdateRule, apply, rule_from
+from ..vec import Scaled
 from ._checkpoint import S, _Checkpoints, _WrapperCheckpoints, plain
 from ._param_groups import Hyper, _ParamGroups, _WrapperParamGroups, check_lr, hypers_of
 
 if TYPE_CHECKING:
     from ..protocols import GameView, OracleInterface
-    from ..vec import Vec
+    from ..vec import Step, Vec
 
 
 __all__ = ["Algorithm", "Hyper", "Setting", "State", "Wrapper"]
@@ -133,9 +134,11 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         :class:`~gameopt.algorithms.api.DescentState`: the update rule's state)."""
         return cast(S, {"rule": self.rule.init(game.layout.data)})
 
-    def update(self, oracle: OracleInterface, state: S) -> tuple[Vec, S]:
+    def update(self, oracle: OracleInterface, state: S) -> tuple[Step, S]:
         """One step: return ``delta`` (w ← w + delta) and the new state, a new dict
-        with the keys of ``state``.
+        with the keys of ``state``. ``delta`` is a joint vector, or a
+        :class:`~gameopt.vec.Scaled` step (:meth:`scaled_descent`), which the game's
+        move applies in its own pass.
 
         Must not modify ``state`` or the parameters in place.
         """
@@ -154,16 +157,31 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         overwritten (the gradient buffer or a temporary); the step is then written into
         it, taking no vector. ``own_state``: ``rule_state`` is a temporary of this step
         (not the committed state), updated in place (see :mod:`gameopt.updates`)."""
+        step, new_rule_state = self.scaled_descent(oracle, d, rule_state, scratch=scratch, own_state=own_state)
+        return oracle.layout.resolve(step, oracle.empty), new_rule_state
+
+    def scaled_descent(
+        self,
+        oracle: OracleInterface,
+        d: Vec,
+        rule_state: dict[str, Any],
+        scratch: bool = False,
+        own_state: bool = False,
+    ) -> tuple[Scaled, dict[str, Any]]:
+        """:meth:`descend`'s step as the direction ``rule(d)`` and the factors ``−η``
+        (a :class:`~gameopt.vec.Scaled` step), which the game's move applies in its own
+        pass: return it from :meth:`update` as it is, one pass over memory fewer than
+        scaling first. The direction may be ``d`` or the rule's state: it is read when
+        the game moves, so nothing may write into either before ``update`` returns."""
         out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
         factors = [-float(g["lr"]) for g in self.param_groups]
         state_tensors = tensors_in(new_rule_state) if new_rule_state else []
-        # the rule keeps its result (momentum): leave it intact
         if state_tensors and not set(map(id, out)).isdisjoint(map(id, state_tensors)):
-            step = oracle.layout.scale_(out, factors, out=d) if scratch else oracle.scaled(out, factors)
-            return step, new_rule_state
+            # the rule keeps its result (momentum): resolved, the step goes into d (or a new vector)
+            return Scaled(out, factors, into=d if scratch else None), new_rule_state
         if out is d and not scratch:
-            return oracle.scaled(out, factors), new_rule_state  # keep ``d`` intact
-        return oracle.layout.scale_(out, factors), new_rule_state
+            return Scaled(out, factors, into=None), new_rule_state  # resolved, ``d`` stays intact
+        return Scaled(out, factors, into=out), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
     def identity(self) -> dict[str, Any]:

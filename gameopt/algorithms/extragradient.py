@@ -21,7 +21,7 @@ from .api import (
 )
 
 if TYPE_CHECKING:
-    from .api import GameView, Oracle
+    from .api import GameView, Oracle, Step
 
 
 class Extragradient(Algorithm[DescentState]):
@@ -64,7 +64,7 @@ class Extragradient(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update, extrapolation_lr=extrapolation_lr)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         eta_x = self.extrapolation_lr
         lrs = self.lrs if eta_x is None else ([eta_x] * oracle.num_players if isinstance(eta_x, float) else eta_x)
         # the first direction may be the gradient buffer itself: the move to w' reads it
@@ -75,7 +75,7 @@ class Extragradient(Algorithm[DescentState]):
         out, memo = self.rule.extrapolate(oracle.xi(), state["rule"], oracle.empty)
         xi_x = oracle.xi(along=(out, [-lr for lr in lrs]))  # ξ(w'), w' = w − η' out
         rule_state = self.rule.resume(memo, state["rule"], oracle.empty)  # this step's own
-        delta, rule_state = self.descend(oracle, xi_x, rule_state, scratch=True, own_state=True)
+        delta, rule_state = self.scaled_descent(oracle, xi_x, rule_state, scratch=True, own_state=True)
         return delta, {"rule": rule_state}
 
 

@@ -11,7 +11,7 @@ import torch
 from .api import Algorithm, DescentState, Setting, UpdateRule, Vec, apply_rule
 
 if TYPE_CHECKING:
-    from .api import GameView, Oracle
+    from .api import GameView, Oracle, Step
 
 
 class SimGD(Algorithm[DescentState]):
@@ -38,8 +38,8 @@ class SimGD(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
-        delta, rule_state = self.descend(oracle, oracle.xi(), state["rule"], scratch=True)
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
+        delta, rule_state = self.scaled_descent(oracle, oracle.xi(), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
+from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule
 
 if TYPE_CHECKING:
-    from .api import Oracle
+    from .api import Oracle, Step
 
 
 class HamiltonianGD(Algorithm[DescentState]):
@@ -44,11 +44,11 @@ class HamiltonianGD(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update, zero_sum=zero_sum)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         # the direction Jᵀξ alone may not show a non-finite ξ
         lin = oracle.linearize(zero_sum=self.zero_sum)
         # the one product: the graph is freed as it goes
-        delta, rule_state = self.descend(oracle, lin.vjp(lin.xi, last=True), state["rule"], scratch=True)
+        delta, rule_state = self.scaled_descent(oracle, lin.vjp(lin.xi, last=True), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -89,9 +89,9 @@ class ConsensusOptimization(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update, gamma=gamma, zero_sum=zero_sum)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         # the update is non-finite if ξ is
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)
         direction = lin.xi.add_(lin.vjp(lin.xi, last=True), alpha=self.gamma)  # lin is used up: in place
-        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
+        delta, rule_state = self.scaled_descent(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .api import Algorithm, LookaheadState, Setting, Vec, Wrapper
+from .api import Algorithm, LookaheadState, Setting, Wrapper
 
 if TYPE_CHECKING:
-    from .api import GameView, Oracle
+    from .api import GameView, Oracle, Step
 
 
 class Lookahead(Wrapper[LookaheadState]):
@@ -44,7 +44,7 @@ class Lookahead(Wrapper[LookaheadState]):
     def init_state(self, game: GameView) -> LookaheadState:
         return {"base": self.base.init_state(game), "slow": game.layout.data.clone(), "count": 0}
 
-    def update(self, oracle: Oracle, state: LookaheadState) -> tuple[Vec, LookaheadState]:
+    def update(self, oracle: Oracle, state: LookaheadState) -> tuple[Step, LookaheadState]:
         delta, base_state = self.base.update(oracle, state["base"])
         count = state["count"] + 1
         slow = state["slow"]

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
+from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule
 
 if TYPE_CHECKING:
-    from .api import Oracle
+    from .api import Oracle, Step
 
 SIGN_NORMALIZERS = ("dimension", "tensors")
 JVP_PATHS = ("double_backward", "forward")
@@ -101,7 +101,7 @@ class SGA(Algorithm[DescentState]):
         del identity["settings"]["jvp"]
         return identity
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         lin = oracle.linearize(check=False, zero_sum=self.zero_sum)  # the update is non-finite if ξ is
         xi = lin.xi
         if self.jvp == "forward" and not self.zero_sum:
@@ -121,5 +121,5 @@ class SGA(Algorithm[DescentState]):
         else:
             minus_2a *= -0.5 * lam
         direction = minus_2a.add_(xi)
-        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
+        delta, rule_state = self.scaled_descent(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

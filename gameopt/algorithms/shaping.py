@@ -10,7 +10,7 @@ import torch
 from .api import Algorithm, DescentState, Hyper, Setting, UpdateRule, Vec
 
 if TYPE_CHECKING:
-    from .api import Linearization, Oracle
+    from .api import Linearization, Oracle, Step
 
 
 def _anticipated(lin: Linearization, alpha: float) -> Vec:
@@ -54,9 +54,9 @@ class LA(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update, alpha=alpha)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
-        delta, rule_state = self.descend(oracle, _anticipated(lin, self.alpha), state["rule"], scratch=True)
+        delta, rule_state = self.scaled_descent(oracle, _anticipated(lin, self.alpha), state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -103,13 +103,13 @@ class LOLA(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update, alpha=alpha, shaping_only=shaping_only)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha = self.alpha
         # ξ − α(H_o ξ + χ), or ξ − αχ: one reverse pass per player with ``cross``
         shaping = lin.shaping(None if self.shaping_only else lin.xi)
         direction = lin.xi.add(shaping, alpha=-alpha)
-        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
+        delta, rule_state = self.scaled_descent(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 
 
@@ -157,7 +157,7 @@ class SOS(Algorithm[DescentState]):
     ) -> None:
         super().__init__(lr, update, alpha=alpha, a=a, b=b)
 
-    def update(self, oracle: Oracle, state: DescentState) -> tuple[Vec, DescentState]:
+    def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
         lin = oracle.linearize(check=False, cross=True)  # the update is non-finite if ξ is
         alpha, a, b = self.alpha, self.a, self.b
         xi0 = _anticipated(lin, alpha)
@@ -169,5 +169,5 @@ class SOS(Algorithm[DescentState]):
         p2 = torch.where(xi_sq.sqrt() < b, xi_sq, one)
         chi *= torch.minimum(p1, p2)
         direction = xi0.add(chi, alpha=-alpha)
-        delta, rule_state = self.descend(oracle, direction, state["rule"], scratch=True)
+        delta, rule_state = self.scaled_descent(oracle, direction, state["rule"], scratch=True)
         return delta, {"rule": rule_state}

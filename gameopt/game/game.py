@@ -37,7 +37,7 @@ from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
 from ..state import tensors_in
-from ..vec import Vec, all_finite, finite_bounds
+from ..vec import Scaled, Step, Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
 from .errors import NonFiniteError
 from .moves import Moves
@@ -557,7 +557,7 @@ class Game:
             one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
             held = None if one else defer()
             try:
-                self._moves.move(self.layout.data, delta, out=self.layout.data)
+                self._moves.move(self.layout.data, delta, out=self.layout.data, empty=oracle.empty)
                 self.algorithm_state = kept = new_state
                 committed = True
                 self._after_step()
@@ -792,7 +792,7 @@ def _check_algorithm(algorithm: Any) -> None:
 
 
 def _check_update(
-    name: str, oracle: StepOracle, delta: Vec, new_state: Any, old_state: Any, moves: Moves
+    name: str, oracle: StepOracle, delta: Step, new_state: Any, old_state: Any, moves: Moves
 ) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
@@ -807,9 +807,12 @@ def _check_update(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    bounds = finite_bounds(_unchecked(delta, new_tensors, old_state))  # the step's first
+    vec = delta.direction if isinstance(delta, Scaled) else delta
+    bounds = finite_bounds(_unchecked(vec, new_tensors, old_state))  # the step's first
     if bounds is None:
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+    if isinstance(delta, Scaled):  # max|factor · d| <= max|factor| · max|d|, up to one rounding
+        bounds = [b * f * _PRODUCT_MARGIN for b, f in zip(bounds, moves.layout.factor_bounds(delta.factors))]
     moves.check_step(delta, bounds)  # the new point: w + delta
     return new_tensors
 
@@ -823,6 +826,9 @@ def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec]
             f"{name}.update returned a state that holds the result of oracle.xi(), which is borrowed "
             "(the next evaluation overwrites it): keep a copy (oracle.empty().copy_(xi)) instead"
         )
+
+
+_PRODUCT_MARGIN = 1 + 2.0**-40  # a float64 product's rounding, with room
 
 
 def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> Sequence[Tensor]:

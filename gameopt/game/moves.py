@@ -28,7 +28,7 @@ from ..constraints import checked
 from ..layout import Entry, JointLayout
 from ..player import Player
 from ..protocols import Along
-from ..vec import Vec, all_finite, finite_bounds, max_abs
+from ..vec import Scaled, Step, Vec, all_finite, finite_bounds, max_abs
 from .errors import NonFiniteError
 
 V = TypeVar("V", bound=Sequence[Tensor])
@@ -128,13 +128,24 @@ class Moves:
             if intact:  # the point is back as it was: so are the bounds
                 self._versions = list(map(tc.version, data))
 
-    def move(self, w: Vec, delta: Vec, out: Vec) -> Vec:
+    def move(self, w: Vec, delta: Step, out: Vec, empty: Callable[[], Vec] | None = None) -> Vec:
         """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
         a constrained parameter its set's step (the projection ``P(w + delta)``, or
         a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
+        A :class:`~gameopt.vec.Scaled` step moves ``w`` in place by ``factorᵢ · dᵢ`` in
+        one pass; elsewhere it is formed first (``layout.resolve``, ``empty``).
         Raises :class:`NonFiniteError`, with nothing written, if a set returns a
         point that is not finite."""
         try:
+            if isinstance(delta, Scaled):
+                # one add per group (one write, as check_step expects): one factor in each
+                if not self.constrained and self.layout.one_factor_per_group(delta.factors):
+                    if not any(map(_requires_grad, (*w, *delta.direction))):
+                        return self.layout.add_scaled(out, w, delta.direction, delta.factors)
+                    with torch.no_grad():
+                        return self.layout.add_scaled(out, w, delta.direction, delta.factors)
+                # formed first; into a new vector unless the game moves (the step is then spent)
+                delta = self.layout.resolve(delta if out is w else Scaled(delta.direction, delta.factors), empty)
             if not self.constrained and not any(map(_requires_grad, (*w, *delta))):
                 return _add(out, w, delta)  # tensors outside any graph: no grad mode to switch
             with torch.no_grad():
@@ -160,7 +171,7 @@ class Moves:
                 self._bounds[g] = max(self._bounds[g], largest)
         return out
 
-    def check_step(self, delta: Vec, delta_bounds: Sequence[float]) -> None:
+    def check_step(self, delta: Step, delta_bounds: Sequence[float]) -> None:
         """Before the game moves its live point by ``delta`` (``move(w, delta, out=w)``,
         next): refuse the step with :class:`NonFiniteError`, nothing written, if the
         new point would overflow its dtype. ``delta_bounds``: for each group, a bound
@@ -184,7 +195,7 @@ class Moves:
                 version = version_of(w)
                 bound = bounds[g] if version == versions[g] else _INF
                 if not bound + delta_bounds[g] <= limits[g]:  # (a NaN never passes)
-                    bound = self._read(g, delta[g], delta_bounds[g])
+                    bound = self._read(g, delta, delta_bounds[g])
                 bounds[g] = bound + delta_bounds[g]  # an upper bound whether or not the move follows
                 versions[g] = version + writes[g]  # as the move will leave it
                 g += 1
@@ -192,7 +203,7 @@ class Moves:
             self._versions = [-1] * len(versions)
             raise
 
-    def _read(self, g: int, step: Tensor, step_bound: float) -> float:
+    def _read(self, g: int, step: Step, step_bound: float) -> float:
         """Group ``g``'s bound read exactly; if the step may still overflow, the new
         point checked element by element (:meth:`_check_sum`)."""
         w = self.layout.data[g]
@@ -202,13 +213,18 @@ class Moves:
             self._check_sum(g, step)
         return bound
 
-    def _check_sum(self, g: int, step: Tensor) -> None:
-        """Form group ``g``'s new point ``w + step`` (a temporary) and refuse a step that
-        overflows, naming the players; the constrained parameters' points come from
-        their sets (checked in :meth:`move`), not from the sum."""
+    def _check_sum(self, g: int, step: Step) -> None:
+        """Form group ``g``'s new point ``w + step`` (a temporary, as :meth:`move` forms
+        it) and refuse a step that overflows, naming the players; the constrained
+        parameters' points come from their sets (checked in :meth:`move`), not from the sum."""
         w, limit = self.layout.data[g], self._limits[g]
         with torch.no_grad():
-            point = w + step
+            if isinstance(step, Scaled):
+                point = w.clone()
+                for e in self.layout.group_entries(g):
+                    point[e.start : e.stop].add_(step.direction[g][e.start : e.stop], alpha=step.factors[e.player])
+            else:
+                point = w + step[g]
             for e, k, _ in self.constrained:
                 if e.group == g:
                     e.buffer.views(point[e.start : e.stop])[k].zero_()

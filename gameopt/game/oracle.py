@@ -17,7 +17,7 @@ from ..evaluation import Evaluations
 from ..layout import JointLayout
 from ..player import Player
 from ..protocols import Along, Linearization
-from ..vec import Vec, all_finite
+from ..vec import Step, Vec, all_finite
 from .errors import NonFiniteError
 from .moves import Moves
 
@@ -200,12 +200,12 @@ class StepOracle:
             hint = " (on another rank: its losses failed or were not finite)"
         return f"{what} is not finite{hint}; the step was refused and nothing changed"
 
-    def moved(self, delta: Vec, at: Vec | None = None) -> Vec:
+    def moved(self, delta: Step, at: Vec | None = None) -> Vec:
         """A new vector (the caller's): the point reached from the current point (or ``at``)
         by the step ``delta``, within the players' feasible sets: ``w + delta``, and for a
         constrained parameter its set's step (the projection ``P(w + delta)``, or a mirror
         step such as ``w · exp(delta)`` normalized; see :mod:`gameopt.constraints`)."""
-        return self._context.moves.move(self.params if at is None else at, delta, out=self.empty())
+        return self._context.moves.move(self.params if at is None else at, delta, out=self.empty(), empty=self.empty)
 
     def project_nonconvex_(self, vec: Vec) -> Vec:
         """In place: project the parts of ``vec`` whose feasible set is not convex."""

@@ -21,12 +21,12 @@ N = 4096  # parameters per player: far above every other tensor of the bilinear 
 
 #: step: (touched elements beyond the bare loop's, in units of N; copies; host syncs)
 BOUNDS = {
-    "SimGD": (10, 2, 1),
-    "Extragradient": (22, 6, 2),
-    "SimGD + Adam": (42, 2, 3),
+    "SimGD": (8, 2, 1),
+    "Extragradient": (20, 6, 2),
+    "SimGD + Adam": (40, 2, 3),
 }
 #: BatchNorm GAN step: (launches beyond the bare loop's, copies)
-GAN_BOUNDS = {"SimGD": (5, 2), "Extragradient": (11, 7)}
+GAN_BOUNDS = {"SimGD": (4, 2), "Extragradient": (10, 7)}
 
 
 @pytest.fixture(autouse=True)
