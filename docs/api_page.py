@@ -37,6 +37,9 @@ ALIASES = {
     ":func:`cg` and :func:`gmres` take it (``gameopt.linalg.MatVec``).",
     "gameopt.algorithms.api.RuleState": "Any update rule's state as the algorithms and checkpoints "
     "see it, a dict (:data:`gameopt.updates.State`).",
+    "gameopt.algorithms.api.Step": "What an algorithm's ``update`` returns as its step: a joint "
+    "vector (``Vec``), or a :class:`Scaled` step (a direction and one factor per player, which "
+    "the game's move applies in its own pass).",
 }
 
 

@@ -65,7 +65,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|S|Vecs|Spec)"),
     (r"py:.*", r"gameopt\.(layout\.Entry|player\.RegistryWatch)"),  # internal types in signatures
     (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
-    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|S)"),
+    (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|S|Step)"),
     (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable|JointLayout)"),
     (r"py:class", r"gameopt\..*\._[A-Za-z]\w*"),  # private bases (_Sequential): undocumented
 ]

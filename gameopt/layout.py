@@ -153,7 +153,7 @@ class JointLayout:
         return out
 
     def resolve(self, step: Vec | Scaled, empty: Callable[[], Vec] | None = None) -> Vec:
-        """A step as a vector: ``step`` itself, or a :class:`~gameopt.vec.Scaled` step's
+        """A step as a vector: ``step`` itself, or a :class:`~gameopt.algorithms.api.Scaled` step's
         ``factorᵢ · dᵢ``, written where it says (``into``), else into ``empty()``."""
         if isinstance(step, Vec):
             return step

@@ -203,14 +203,14 @@ class Scaled:
     pass of its own (:meth:`gameopt.Algorithm.scaled_descent`).
 
     It is not a vector: it has no arithmetic. Where a step is needed as a vector (a
-    wrapper's ``oracle.moved(delta)``), :meth:`gameopt.layout.JointLayout.resolve`
+    wrapper's ``oracle.moved(delta)``), :meth:`gameopt.JointLayout.resolve`
     forms it.
 
     Args:
         direction: ``d``, a joint vector, read by the move (it must stay as it is
             until then).
         factors: one factor per player.
-        into: where :meth:`~gameopt.layout.JointLayout.resolve` may write the step
+        into: where :meth:`~gameopt.JointLayout.resolve` may write the step
             (the direction itself when it is scratch); ``None``: a new vector.
     """
 

@@ -45,7 +45,7 @@ What it holds (each name documented where it is defined):
   instead of the borrowed gradient buffer, for a state to keep);
 * ``Scaled`` and ``Step``: what ``update`` returns, a step as a joint vector or as a
   direction with one factor per player (``self.scaled_descent``), which the game's
-  move applies in its own pass (:class:`gameopt.vec.Scaled`); a wrapper forms a
+  move applies in its own pass (:class:`gameopt.algorithms.api.Scaled`); a wrapper forms a
   vector of its base's step with ``oracle.layout.resolve(step, oracle.empty)``;
 * the step counts of a state (``next_count``, ``stepped``: one count for all
   elements, or one per element once parameters joined a running game);

@@ -137,7 +137,7 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
     def update(self, oracle: OracleInterface, state: S) -> tuple[Step, S]:
         """One step: return ``delta`` (w ← w + delta) and the new state, a new dict
         with the keys of ``state``. ``delta`` is a joint vector, or a
-        :class:`~gameopt.vec.Scaled` step (:meth:`scaled_descent`), which the game's
+        :class:`~gameopt.algorithms.api.Scaled` step (:meth:`~gameopt.Algorithm.scaled_descent`), which the game's
         move applies in its own pass.
 
         Must not modify ``state`` or the parameters in place.
@@ -169,7 +169,7 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         own_state: bool = False,
     ) -> tuple[Scaled, dict[str, Any]]:
         """:meth:`descend`'s step as the direction ``rule(d)`` and the factors ``−η``
-        (a :class:`~gameopt.vec.Scaled` step), which the game's move applies in its own
+        (a :class:`~gameopt.algorithms.api.Scaled` step), which the game's move applies in its own
         pass: return it from :meth:`update` as it is, one pass over memory fewer than
         scaling first. The direction may be ``d`` or the rule's state: it is read when
         the game moves, so nothing may write into either before ``update`` returns."""

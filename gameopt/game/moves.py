@@ -132,7 +132,7 @@ class Moves:
         """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
         a constrained parameter its set's step (the projection ``P(w + delta)``, or
         a mirror step such as ``w · exp(delta)`` normalized). ``out`` may be ``w``.
-        A :class:`~gameopt.vec.Scaled` step moves ``w`` in place by ``factorᵢ · dᵢ`` in
+        A :class:`~gameopt.algorithms.api.Scaled` step moves ``w`` in place by ``factorᵢ · dᵢ`` in
         one pass; elsewhere it is formed first (``layout.resolve``, ``empty``).
         Raises :class:`NonFiniteError`, with nothing written, if a set returns a
         point that is not finite."""
