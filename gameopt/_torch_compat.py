@@ -31,13 +31,15 @@ from torch.autograd import forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode  # every ATen op, for counting (gameopt.testing.traffic)
 
 __all__ = [
+    "FSDP_PUBLIC",
     "PUBLIC_ONLY",
     "TORCH_VERSION",
     "TorchDispatchMode",
     "compiled_original",
     "disabled_torch_function_impl",
-    "engine_run_backward",
+    "dtensor_type",
     "engine_on_caller",
+    "engine_run_backward",
     "flatten_dense",
     "foreach_add",
     "foreach_add_",
@@ -54,18 +56,24 @@ __all__ = [
     "foreach_sub",
     "foreach_sub_",
     "foreach_zero_",
+    "fsdp_params",
+    "local_shard",
     "make_dual",
     "mkldnn_disabled",
     "optimizer_step_unobserved",
     "persistent_buffer_names",
+    "place_shard",
     "post_accumulate_grad_hooks",
     "rehome_hooks",
     "rnn_flat_weights_cleared",
     "rnn_flat_weights_init",
+    "shard_length",
+    "sharded_dtensor",
     "unflatten_dense",
+    "unsharded_param",
     "use_count",
-    "view_base",
     "version",
+    "view_base",
 ]
 
 #: (major, minor) of the running torch.
@@ -339,3 +347,82 @@ def make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_JIT_NOTICE)
         return forward_ad.make_dual(primal, tangent)
+
+
+# ------------------------------------------------------------------------ FSDP2
+# A module sharded with ``torch.distributed.fsdp.fully_shard`` (public since torch 2.6)
+# keeps, per parameter, an ``FSDPParam``: the sharded ``DTensor`` parameter, its local
+# shard padded to the size of rank 0's (``_sharded_param_data``, what the all-gather
+# reads), the unsharded parameter a forward uses (a leaf of its own: autograd reaches
+# it, not the sharded one) and its gradient's reduce-scatter, which adds into a
+# sharded ``.grad`` that is set, in place (``grad._local_tensor += ...``). gameopt
+# makes the padded shard a slice of a player's flat buffer and the sharded ``.grad``
+# a ``DTensor`` over a view of the flat gradient, as ``FSDPParam.reset_sharded_param``
+# itself re-points them after ``load_state_dict(assign=True)``. Checked on 2.13.0 and
+# 2.14.1; no public equivalent (FSDP2 owns its shards). Torch before 2.6 has FSDP2
+# only as a private module: sharded players are refused there.
+FSDP_PUBLIC: bool = TORCH_VERSION >= (2, 6)
+
+
+def dtensor_type() -> type | None:
+    """``torch.distributed.tensor.DTensor`` (public since 2.5), or None."""
+    if not torch.distributed.is_available():
+        return None
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch < 2.5
+        return None
+    return DTensor
+
+
+def fsdp_params(module: nn.Module) -> list[Any]:
+    """The ``FSDPParam`` of every parameter that ``fully_shard`` sharded in ``module``
+    and its submodules (through ``FSDPModule._get_fsdp_state()`` and its param
+    groups)."""
+    out: list[Any] = []
+    for sub in module.modules():
+        get_state = getattr(sub, "_get_fsdp_state", None)
+        if get_state is None:
+            continue
+        state = get_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:  # one group per module before the plural list
+            group = getattr(state, "_fsdp_param_group", None)
+            groups = [] if group is None else [group]
+        for group in groups:
+            out.extend(group.fsdp_params)
+    return out
+
+
+def local_shard(p: Tensor) -> Tensor:
+    """A ``DTensor``'s local tensor (``_local_tensor``; ``to_local()`` makes a new view
+    through autograd each call)."""
+    return cast(Tensor, p._local_tensor)  # type: ignore[attr-defined]
+
+
+def place_shard(fsdp_param: Any, padded: Tensor, length: int) -> None:
+    """Make ``padded`` (1-D, the padded shard's size) the storage of an FSDP parameter's
+    shard: what the all-gather reads, and the first ``length`` rows (along the shard
+    dimension) the sharded ``DTensor``'s local tensor."""
+    size = fsdp_param.padded_sharded_param_size
+    dim = fsdp_param.fsdp_placement.dim
+    fsdp_param._sharded_param_data = padded
+    fsdp_param.sharded_param._local_tensor = padded.view(size).narrow(dim, 0, length)
+
+
+def shard_length(fsdp_param: Any) -> int:
+    """The rows of the local shard along the shard dimension (0 for an empty shard)."""
+    size = fsdp_param.sharded_size
+    return int(size[fsdp_param.fsdp_placement.dim]) if size.numel() else 0
+
+
+def sharded_dtensor(fsdp_param: Any, local: Tensor) -> Tensor:
+    """``local`` (the local shard's size) as a ``DTensor`` sharded like the parameter,
+    outside autograd (``FSDPParam.to_sharded_dtensor``)."""
+    return cast(Tensor, fsdp_param.to_sharded_dtensor(local))
+
+
+def unsharded_param(fsdp_param: Any) -> Tensor | None:
+    """The unsharded parameter that the last forward used (``_unsharded_param``; made at
+    the first all-gather and reused), or None before any forward."""
+    return getattr(fsdp_param, "_unsharded_param", None)

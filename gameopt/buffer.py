@@ -493,6 +493,11 @@ class FlatBuffer:
             self.grad.zero_()
         self._link_grads()
 
+    def release(self, p: Tensor) -> None:
+        """``p`` (one of this buffer's parameters) in storage of its own again
+        (:func:`release`)."""
+        release(p)
+
     def grad_view(self, index: int) -> Tensor:
         return self._grad_views[index]
 

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from . import _torch_compat as tc
-from .buffer import FlatBuffer, FlatParameter, mark_stale, release
-from .constraints import Constraint, as_constraint
+from .buffer import FlatBuffer, FlatParameter, mark_stale
+from .constraints import Box, Constraint, NonNegative, as_constraint
 from .copying import copy_callable
+from .sharded import ShardedBuffer, fsdp_params_of, is_sharded
 from .unmovable import ddp_refusal
 
 _SPARSE_MODULES = (nn.Embedding, nn.EmbeddingBag)
@@ -251,13 +252,13 @@ class Player:
                 raise ValueError(f"player {self.name!r}: only strided (dense) parameters can be fused")
             groups.setdefault((p.device, p.dtype), []).append(p)
         old: tuple[FlatBuffer, ...] = getattr(self, "buffers", ())
-        buffers = tuple(FlatBuffer(g, self.align, modules, owner=self) for g in groups.values())
+        buffers = self._buffers(params, groups, modules, constraints)
         # every group fused: optimizers built on the old flat parameters follow them,
         # and parameters that left (frozen, removed, replaced) get their own storage
         _carry_flat_parameters(old, buffers)
         kept = {id(p) for p in params}
-        for left in {id(p): p for b in old for p in b.params if id(p) not in kept}.values():
-            release(left)
+        for home, left in {id(p): (b, p) for b in old for p in b.params if id(p) not in kept}.values():
+            home.release(left)
         self.has_sparse_grad = has_sparse_grad
         self.buffers: tuple[FlatBuffer, ...] = buffers
         self._params = params
@@ -266,6 +267,36 @@ class Player:
         self.constraints = constraints
         self._snapshot(modules)
         self.generation += 1
+
+    def _buffers(
+        self,
+        params: list[Tensor],
+        groups: dict[tuple[torch.device, torch.dtype], list[Tensor]],
+        modules: list[nn.Module],
+        constraints: dict[int, Constraint],
+    ) -> tuple[FlatBuffer, ...]:
+        """One buffer per (device, dtype) group: of whole parameters, or of the local
+        shards of parameters that ``fully_shard`` sharded (:mod:`gameopt.sharded`)."""
+        sharded = [is_sharded(p) for p in params]
+        if not any(sharded):
+            return tuple(FlatBuffer(g, self.align, modules, owner=self) for g in groups.values())
+        if not all(sharded):
+            raise ValueError(
+                f"player {self.name!r}: {sharded.count(True)} of its {len(params)} parameters are sharded (DTensor) "
+                "and the rest are not: fully_shard the player's root module too, so that FSDP shards them all"
+            )
+        if self.module is None:
+            raise ValueError(f"player {self.name!r}: give a sharded player as its module (fully_shard's), not tensors")
+        if self.align is not None:
+            raise ValueError(f"player {self.name!r}: align= does not apply to sharded parameters (FSDP pads them)")
+        whole = [c for c in constraints.values() if not isinstance(c, (NonNegative, Box))]
+        if whole:
+            raise ValueError(
+                f"player {self.name!r}: {type(whole[0]).__name__} constrains a whole parameter, which a rank holds "
+                "only a shard of: sharded players take elementwise sets (Box, NonNegative)"
+            )
+        fsdp = {id(p): fp for p, fp in zip(params, fsdp_params_of(self.name, modules, params))}
+        return tuple(ShardedBuffer(g, [fsdp[id(p)] for p in g], modules, owner=self) for g in groups.values())
 
     def _snapshot(self, modules: list[nn.Module]) -> None:
         """Remember every registration (trainable or not, and every submodule), the
@@ -441,7 +472,7 @@ class Player:
         :class:`~gameopt.Game` does to the modules it wrapped). The player is done."""
         for b in self.buffers:
             for p in b.params:
-                release(p)
+                b.release(p)
 
     # --------------------------------------------------------------- copies
     def __getstate__(self) -> dict[str, Any]:

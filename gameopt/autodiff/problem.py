@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from torch.overrides import has_torch_function
 from .. import _torch_compat as tc
 from ..evaluation import LossError
 from ..layout import JointLayout
+from ..sharded import ShardedBuffer
 from ..vec import Vec
 
 
@@ -42,6 +44,9 @@ class Problem:
     mean_: Callable[[Vec], Vec]  # average across ranks in place (identity on one process)
     parallel: bool  # data-parallel: ξ is an average across ranks
     forward_mode: ForwardMode
+    #: per player, its buffers of FSDP-sharded shards (:mod:`gameopt.sharded`); empty
+    #: for a player of whole parameters
+    sharded: list[tuple[ShardedBuffer, ...]] = dataclasses.field(default_factory=list)
 
     @property
     def functional(self) -> bool:

@@ -20,6 +20,7 @@ from torch.overrides import has_torch_function_unary
 from .. import _torch_compat as tc
 from ..buffer import grads_linked, only_relink_hooks
 from ..evaluation import split_losses
+from ..sharded import sharded_backward
 from .problem import Problem, no_path_error
 
 #: elements of pending captured gradients that trigger a copy into the buffers
@@ -54,6 +55,12 @@ def vector_field(
     direct = tc.engine_on_caller() if not torch.cuda.is_initialized() else None
     for k, i in enumerate(which):
         loss = losses[i]
+        if problem.sharded and problem.sharded[i]:  # FSDP reduce-scatters it into the buffer
+            sharded_backward(problem.sharded[i], loss, retain_graph=k < last)
+            if scale != 1.0:
+                with torch.no_grad():
+                    tc.foreach_div_(problem.grad_views[i], scale)
+            continue
         if problem.params[i] and problem.sizes[i] >= IN_PLACE_MIN * len(problem.params[i]) and _in_place(problem, i):
             through_grad(problem, i, loss, retain_graph=k < last)
             if scale != 1.0:

@@ -36,6 +36,7 @@ from ..loss_scale import DynamicLossScale
 from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
+from ..sharded import ShardedBuffer, Shards
 from ..state import tensors_in
 from ..vec import Scaled, Step, Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
@@ -107,6 +108,9 @@ class Game:
             buffers (BatchNorm statistics) again after every step taken, as DDP's
             ``broadcast_buffers`` (docs/data-parallel.md). A rank whose losses fail
             or are not finite makes every rank refuse the step together.
+            Players sharded with FSDP2 (``fully_shard``) need none: FSDP averages
+            their gradients, and the game agrees on each step's verdict across the
+            ranks (:mod:`gameopt.sharded`, docs/sharded.md).
         check_replicas_every: in a data-parallel game, check every this many steps
             that the ranks' parameters and persistent buffers are still identical
             (0: never).
@@ -190,6 +194,7 @@ class Game:
             self._parallel = DataParallel(process_group) if process_group is not None else None
             self.check_replicas_every = int(check_replicas_every)
             self._steps = 0
+            self._shards = self._sharding(process_group)
             self._build_layout()
             self._check_fits(algorithm)
             self._check_values()
@@ -260,10 +265,39 @@ class Game:
             frame = frame.f_back
         return False
 
+    def _sharding(self, process_group: Any) -> Shards | None:
+        """The agreement across ranks of a game of FSDP-sharded players (every player
+        sharded, over one mesh of all ranks), or None for a game of whole players."""
+        sharded = [p.name for p in self.players if any(isinstance(b, ShardedBuffer) for b in p.buffers)]
+        if not sharded:
+            return None
+        whole = [p.name for p in self.players if p.name not in sharded]
+        if whole:
+            raise ValueError(
+                f"players {sharded} are sharded (fully_shard) and {whole} are not: a player replicated on every rank "
+                "would step on its rank's gradient alone; fully_shard every player of a sharded game"
+            )
+        if process_group is not None:
+            raise ValueError(
+                "process_group= averages replicated players; sharded players are averaged by FSDP itself. To "
+                "replicate shards across nodes, give fully_shard a 2-D mesh (HSDP) instead"
+            )
+        # equal meshes hash alike
+        meshes = {b.mesh() for p in self.players for b in p.buffers if isinstance(b, ShardedBuffer)}
+        if len(meshes) != 1:
+            raise ValueError("the players are sharded over different device meshes: shard them over one mesh")
+        return Shards(next(iter(meshes)))
+
     def _check_fits(self, algorithm: Algorithm) -> None:
         """Second-order algorithms need double backward and have no projected version."""
         if algorithm.first_order:
             return
+        if self._shards is not None:
+            raise ValueError(
+                f"{type(algorithm).__name__} uses Jacobian products, which gameopt does not form through "
+                "FSDP-sharded players (FSDP reduce-scatters gradients outside autograd, so ξ has no graph to "
+                f"differentiate): sharded players need a first-order algorithm ({first_order_names()})"
+            )
         self._problem.refuse_complex(type(algorithm).__name__, first_order_names())
         if self._moves.constrained:
             raise ValueError(
@@ -282,9 +316,13 @@ class Game:
 
     # ---------------------------------------------------------- data parallel
     def _mean_(self, vec: Vec) -> Vec:
-        """Average a joint vector across ranks in place (identity without a process group)."""
+        """Average a joint vector across ranks in place (identity without a process
+        group); with sharded players, whose shards FSDP averaged, make it non-finite on
+        every rank if it is on one."""
         if self._parallel is not None:
             self._parallel.mean_(vec)
+        elif self._shards is not None:
+            self._shards.agree_finite_(vec)
         return vec
 
     @contextlib.contextmanager
@@ -330,14 +368,17 @@ class Game:
     def _check_start(self) -> None:
         """Refuse a starting point that is not finite (before any projection, which
         could hide an infinity), naming the parameters."""
-        if all_finite(self.layout.data):
+        finite = all_finite(self.layout.data)
+        if self._shards is not None:  # every rank refuses, or none
+            finite = not self._shards.agree(not finite)
+        if finite:
             return
         bad = [
             f"parameter {k} of player {p.name!r}"
             for p in self.players
             for k, q in enumerate(p.parameters)
-            if not torch.isfinite(q.detach()).all()
-        ]
+            if not torch.isfinite(tc.local_shard(q) if self._shards is not None else q.detach()).all()
+        ] or ["on another rank"]
         raise ValueError(f"the starting point is not finite ({', '.join(bad)}): a game starts from finite parameters")
 
     def _own_losses(self, *args: Any, **kwargs: Any) -> list[Tensor]:
@@ -371,6 +412,7 @@ class Game:
             mean_=self._mean_,
             parallel=self._parallel is not None,
             forward_mode=self._forward_mode,
+            sharded=[tuple(b for b in p.buffers if isinstance(b, ShardedBuffer)) for p in self.players],
         )
         self._vectors = StepVectors(self.layout)
         self._watch = relayout.Watch(self.players)
@@ -384,7 +426,7 @@ class Game:
             problem=self._problem,
             moves=self._moves,
             players=self.players,
-            parallel=self._parallel is not None,
+            parallel=self._parallel is not None or self._shards is not None,
             mean_=self._mean_,
             together=self._together,
             evaluations=functools.partial(
@@ -552,7 +594,7 @@ class Game:
             algorithm._check_groups()  # lr and every scheduled value, whoever set it
             algorithm._sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
-            new_tensors = _check_update(type(algorithm).__name__, oracle, delta, new_state, old, self._moves)
+            new_tensors = self._checked_update(type(algorithm).__name__, oracle, delta, new_state, old)
             # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
             one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
             held = None if one else defer()
@@ -579,6 +621,23 @@ class Game:
             if self._vectors.lent:
                 self._vectors.keep_only(new_tensors if kept is not old else tensors_in(old))
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
+
+    def _checked_update(self, name: str, oracle: StepOracle, delta: Step, new_state: Any, old: Any) -> list[Tensor]:
+        """:func:`_check_update`; with sharded players, agreed by every rank: a step
+        that one rank refuses, every rank refuses."""
+        if self._shards is None:
+            return _check_update(name, oracle, delta, new_state, old, self._moves)
+        try:
+            new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves)
+        except NonFiniteError:
+            self._shards.agree(True)
+            raise
+        if self._shards.agree(False):
+            raise NonFiniteError(
+                "another rank refused this step (its shard of the update was not finite, or would overflow); "
+                "nothing changed"
+            )
+        return new_tensors
 
     def _put_back(self, buffers: list[tuple[Tensor, Tensor]], oracle: StepOracle) -> None:
         """After a failed step: the module buffers it started from (``buffers``); and

@@ -1,0 +1,214 @@
+"""Players sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+A module sharded with ``fully_shard`` holds ``DTensor`` parameters; each rank keeps
+its shard of each. A :class:`ShardedBuffer` fuses a player's local shards as a
+:class:`~gameopt.buffer.FlatBuffer` fuses whole parameters: each shard, padded as
+FSDP pads it (to rank 0's size), is a slice of one flat tensor, which FSDP's
+all-gather reads; each sharded ``.grad`` is a ``DTensor`` over a view of the flat
+gradient, into which FSDP's reduce-scatter adds. The algorithms then do their
+whole-vector math on the local shards, and nothing is copied per tensor.
+
+What the game does differently for a sharded player (:class:`Shards`):
+
+* ξ: a backward of the player's loss pruned to the *unsharded* parameters that the
+  forward used (autograd reaches those, not the sharded ones); FSDP's reduce-scatter
+  averages the gradients over the ranks into the flat gradient. With mean losses,
+  the ranks' halves of a batch give the whole batch's gradient.
+* verdicts: the ranks hold different shards, so every verdict that refuses a step
+  (a ξ or an update that is not finite, a point that would overflow) is agreed on
+  by all ranks, with one small ``all_reduce``: no rank commits a step that another
+  refused, and no rank waits in a collective for one that stopped.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from . import _torch_compat as tc
+from .buffer import FlatBuffer, Segment, _contiguous_strides
+
+_grad = operator.attrgetter("grad")
+
+
+def is_sharded(p: Tensor) -> bool:
+    """``p`` is a ``DTensor`` (a parameter that ``fully_shard`` sharded, say)."""
+    dtensor = tc.dtensor_type()
+    return dtensor is not None and isinstance(p, dtensor)
+
+
+def fsdp_params_of(name: str, modules: Sequence[nn.Module], params: Sequence[Tensor]) -> list[Any]:
+    """The ``FSDPParam`` of each of ``params`` (all sharded), in order; refuses
+    ``DTensor`` parameters that FSDP2 did not shard (tensor parallelism) and torches
+    without a public FSDP2."""
+    if not tc.FSDP_PUBLIC:
+        raise ValueError(
+            f"player {name!r} has DTensor (sharded) parameters: gameopt's sharded players need torch 2.6 or newer "
+            f"(public torch.distributed.fsdp.fully_shard), this is torch {torch.__version__}"
+        )
+    by_param = {id(fp.sharded_param): fp for m in modules[:1] for fp in tc.fsdp_params(m)}
+    missing = [k for k, p in enumerate(params) if id(p) not in by_param]
+    if missing:
+        raise ValueError(
+            f"player {name!r}: parameters {missing} are DTensors that fully_shard did not shard (tensor or other "
+            "parallelism): gameopt shards players with FSDP2 only (fully_shard the layers, then the root module)"
+        )
+    out = [by_param[id(p)] for p in params]
+    for fp in out:
+        if getattr(fp, "offload_to_cpu", False):
+            raise ValueError(f"player {name!r}: FSDP's CPU offload is not supported (the shards must stay put)")
+    return out
+
+
+class ShardedBuffer(FlatBuffer):
+    """Flat parameter and gradient storage for the local shards of FSDP-sharded
+    parameters of one device and dtype (see the module's docstring).
+
+    Each shard's segment is followed by FSDP's padding (zero, and it stays zero:
+    no gradient reaches it), so that the padded shard FSDP all-gathers is a slice of
+    the flat tensor. The flat tensors of the ranks have the same length."""
+
+    def __init__(self, params: Sequence[Tensor], fsdp: Sequence[Any], modules: Sequence[nn.Module], owner: Any) -> None:
+        self._fsdp = list(fsdp)
+        super().__init__(params, None, modules, owner)
+
+    def _layout(self, params: Sequence[Tensor], align: int | None) -> tuple[list[Segment], int]:  # type: ignore[override]
+        segments, offset = [], 0
+        for fp in self._fsdp:
+            shape = fp.sharded_size
+            segments.append(Segment(offset, shape.numel(), shape, _contiguous_strides(shape)))
+            offset += fp.padded_sharded_param_size.numel()
+        return segments, offset
+
+    def _padded(self, data: Tensor) -> list[Tensor]:
+        """Each shard's padded slice of ``data``."""
+        return [
+            data[s.offset : s.offset + fp.padded_sharded_param_size.numel()] for s, fp in zip(self.segments, self._fsdp)
+        ]
+
+    def _install(self, data: Tensor, grad: Tensor) -> None:
+        data_views, grad_views = self.views(data), self.views(grad)
+        with torch.no_grad():
+            for p, view, gview in zip(self.params, data_views, grad_views):
+                view.copy_(tc.local_shard(p))
+                g = p.grad  # keep an existing gradient (fusing after a backward, or re-fusing)
+                if g is not None and is_sharded(g) and tc.local_shard(g) is not gview:
+                    gview.copy_(tc.local_shard(g))
+        for fp, padded in zip(self._fsdp, self._padded(data)):
+            tc.place_shard(fp, padded, tc.shard_length(fp))
+        self._handles = [tc.sharded_dtensor(fp, gview) for fp, gview in zip(self._fsdp, grad_views)]
+        for p, handle in zip(self.params, self._handles):
+            p.grad = handle
+        self.grad = grad
+        self._grad_views = grad_views
+        self._ptrs = self._local_ptrs()
+        self._shapes = [tc.local_shard(p).shape for p in self.params]
+        self._follow(data)
+
+    def _local_ptrs(self) -> list[int]:
+        return [tc.local_shard(p).data_ptr() for p in self.params]
+
+    def why_stale(self) -> str | None:
+        if self._local_ptrs() == self._ptrs and [tc.local_shard(p).shape for p in self.params] == self._shapes:
+            return None
+        return "a sharded parameter's local shard was replaced (load_state_dict(assign=True) or a conversion)"
+
+    def relink_grads(self) -> None:
+        if all(map(operator.is_, map(_grad, self.params), self._handles)):
+            return
+        with torch.no_grad():
+            for p, view, handle in zip(self.params, self._grad_views, self._handles):
+                g = p.grad
+                if g is handle:
+                    continue
+                if g is None:
+                    view.zero_()
+                else:
+                    view.copy_(tc.local_shard(g) if is_sharded(g) else g)
+                p.grad = handle
+
+    def _link_grads(self) -> None:
+        for p, handle in zip(self.params, self._handles):
+            if p.grad is not handle:
+                p.grad = handle
+
+    def release(self, p: Tensor) -> None:
+        """``p``'s shard in storage of its own again (padded as FSDP pads it), with its
+        gradient: the module as FSDP left it."""
+        k = next(k for k, q in enumerate(self.params) if q is p)
+        fp = self._fsdp[k]
+        g = p.grad
+        with torch.no_grad():
+            padded = self._padded(self.data.detach())[k].clone()
+            tc.place_shard(fp, padded, tc.shard_length(fp))
+            p.grad = None if g is None else tc.sharded_dtensor(fp, tc.local_shard(g).clone())
+
+    def unsharded(self) -> list[Tensor]:
+        """The unsharded parameters the last forward used (autograd's leaves), in order."""
+        out = []
+        for p, fp in zip(self.params, self._fsdp):
+            u = tc.unsharded_param(fp)
+            if u is None:
+                raise RuntimeError(f"a sharded parameter of shape {tuple(p.shape)} was not used by the losses' forward")
+            out.append(u)
+        return out
+
+    def mesh(self) -> Any:
+        """The device mesh of the shards (every parameter's, checked equal)."""
+        meshes = {p.device_mesh for p in self.params}  # type: ignore[attr-defined]  # equal meshes hash alike
+        if len(meshes) != 1:
+            raise ValueError("a player's parameters are sharded over different device meshes")
+        return next(iter(meshes))
+
+
+class Shards:
+    """What a game with sharded players does across ranks: agree on every verdict
+    that refuses a step (see the module's docstring)."""
+
+    def __init__(self, mesh: Any) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("sharded players need torch.distributed to be initialized (init_process_group)")
+        if mesh.size() != dist.get_world_size():
+            raise ValueError(
+                f"the players are sharded over a device mesh of {mesh.size()} ranks, the world has "
+                f"{dist.get_world_size()}: gameopt agrees on each step over the whole world (shard over a mesh of "
+                "all ranks)"
+            )
+        self.mesh = mesh
+        self.world_size = dist.get_world_size()
+        self.rank = dist.get_rank()
+
+    def agree(self, refused: bool) -> bool:
+        """Whether any rank refused (one ``all_reduce`` of one number; a host sync)."""
+        flag = torch.tensor([1.0 if refused else 0.0], device=self.mesh.device_type)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def agree_finite_(self, vec: Sequence[Tensor]) -> Sequence[Tensor]:
+        """Make ``vec`` non-finite on every rank if it is on any (a ξ's verdict, agreed:
+        what the data-parallel average does to a NaN on one rank)."""
+        local = not all(bool(torch.isfinite(t).all()) for t in vec if t.numel())
+        if self.agree(local) and not local:
+            for t in vec:
+                if t.numel():
+                    t.view(-1)[0] = float("nan")
+                    break
+        return vec
+
+    def __repr__(self) -> str:
+        return f"Shards(rank={self.rank}, world_size={self.world_size}, mesh={self.mesh})"
+
+
+def sharded_backward(buffers: Sequence[ShardedBuffer], loss: Tensor, retain_graph: bool) -> None:
+    """A player's ξ into its flat gradient: zero it, then a backward of its loss pruned
+    to the unsharded parameters; FSDP's reduce-scatter adds the average over the ranks
+    into the sharded ``.grad``, views of the flat gradient."""
+    inputs = [u for b in buffers for u in b.unsharded()]
+    for b in buffers:
+        b.zero_grad()
+    torch.autograd.backward(loss, inputs=inputs, retain_graph=retain_graph)

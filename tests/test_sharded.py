@@ -1,0 +1,204 @@
+"""Players sharded with FSDP2 (fully_shard) on 2 and 4 gloo ranks, in float64: each
+step equals one unsharded process on the whole batch, the fused buffers hold the
+local shards, every rank refuses a step together, and what cannot work is refused
+when the game is built."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from ranks import spawn
+from torch import nn
+
+import gameopt
+from gameopt import _torch_compat as tc
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not tc.FSDP_PUBLIC or not dist.is_available(), reason="FSDP2 is public from torch 2.6"),
+]
+
+BATCH = 8
+STEPS = 5
+
+#: first-order algorithms and rules a sharded player takes (lr small enough to stay tame)
+ALGORITHMS = {
+    "SimGD": lambda: gameopt.SimGD([0.1, 0.05]),
+    "AltGD": lambda: gameopt.AltGD(0.1),
+    "Extragradient+Adam": lambda: gameopt.Extragradient(0.01, update=gameopt.Adam()),
+    "Optimistic": lambda: gameopt.Optimistic(0.05),
+    "PastExtragradient+RMSProp": lambda: gameopt.PastExtragradient(0.01, update=gameopt.RMSProp()),
+    "AnchoredExtragradient": lambda: gameopt.AnchoredExtragradient(0.05),
+    "Lookahead(SimGD+Momentum)": lambda: gameopt.Lookahead(gameopt.SimGD(0.05, update=gameopt.Momentum(0.9)), k=2),
+    "Averaging(Extragradient)": lambda: gameopt.Averaging(gameopt.Extragradient(0.05)),
+}
+
+
+def _modules(seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    """A small GAN in float64; odd sizes, so that some shards are padded or empty."""
+    torch.manual_seed(seed)
+    gen = nn.Sequential(nn.Linear(2, 5), nn.Tanh(), nn.Linear(5, 3)).double()
+    disc = nn.Sequential(nn.Linear(3, 7), nn.Tanh(), nn.Linear(7, 1)).double()
+    return gen, disc
+
+
+def _shard(*modules: nn.Module) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    for m in modules:
+        for layer in m:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(m)
+
+
+def _losses(gen: nn.Module, disc: nn.Module):
+    softplus = nn.functional.softplus
+
+    def losses(x, z):
+        fake = gen(z)
+        return softplus(-disc(fake)).mean(), softplus(-disc(x)).mean() + softplus(disc(fake)).mean()
+
+    return losses
+
+
+def _batches(steps: int = STEPS) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(3)
+    return [
+        (torch.randn(BATCH, 3, generator=g, dtype=torch.float64) + 1, torch.randn(BATCH, 2, generator=g).double())
+        for _ in range(steps)
+    ]
+
+
+def _full(module: nn.Module) -> list[torch.Tensor]:
+    return [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for p in module.parameters()]
+
+
+def _relative(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float((x - y).abs().max() / y.abs().max().clamp_min(1e-300)) for x, y in zip(a, b))
+
+
+def _game(make_algorithm, sharded: bool, rank: int = 0, world: int = 1, **kwargs):
+    gen, disc = _modules()
+    if sharded:
+        _shard(gen, disc)
+    return gameopt.Game([gen, disc], _losses(gen, disc), algorithm=make_algorithm(), **kwargs), gen, disc
+
+
+def _parity(rank: int, world: int, out: dict) -> None:
+    """Every step of each algorithm: the sharded game's full parameters against one
+    process on the whole batch."""
+    n = BATCH // world
+    for name, make in ALGORITHMS.items():
+        ref, ref_gen, ref_disc = _game(make, sharded=False)
+        game, gen, disc = _game(make, sharded=True)
+        errors = []
+        for x, z in _batches():
+            ref.step(x, z)
+            game.step(x[rank * n : (rank + 1) * n], z[rank * n : (rank + 1) * n])
+            errors.append(_relative(_full(gen) + _full(disc), _full(ref_gen) + _full(ref_disc)))
+        out[f"parity/{name}"] = max(errors)
+        out[f"moved/{name}"] = _relative(_full(gen), _full(_modules()[0]))
+
+
+def _layout(rank: int, world: int, out: dict) -> None:
+    """The fused buffers hold this rank's shards: parameters and their gradients are views."""
+    game, gen, disc = _game(ALGORITHMS["SimGD"], sharded=True)
+    x, z = _batches(1)[0]
+    game.step(x, z)
+    player = game.players[0]
+    flat, grad = player.flat_param, player.grad
+    shards = [p._local_tensor for p in gen.parameters()]
+    grads = [p.grad._local_tensor for p in gen.parameters()]
+    out["layout/numel"] = player.numel
+    out["layout/local_numel"] = sum(t.numel() for t in shards)
+    home, grad_home = flat.untyped_storage().data_ptr(), grad.untyped_storage().data_ptr()
+    out["layout/params_are_views"] = all(t.untyped_storage().data_ptr() == home for t in shards)
+    out["layout/grads_are_views"] = all(g.untyped_storage().data_ptr() == grad_home for g in grads)
+    stepped = _full(gen)
+    with torch.no_grad():  # a write into the flat buffer is the module's next forward
+        flat.add_(1.0)
+    out["layout/write_reaches_module"] = _relative(_full(gen), [t + 1.0 for t in stepped])
+
+
+def _refusals(rank: int, world: int, out: dict) -> None:
+    """What a sharded game cannot do is refused when it is built, with the reason."""
+    cases = {
+        "second_order": lambda: _game(lambda: gameopt.ConsensusOptimization(0.1, gamma=0.1), sharded=True),
+        "process_group": lambda: _game(ALGORITHMS["SimGD"], sharded=True, process_group=dist.group.WORLD),
+    }
+
+    def mixed():
+        gen, disc = _modules()
+        _shard(gen)
+        return gameopt.Game([gen, disc], _losses(gen, disc))
+
+    def ball():
+        gen, disc = _modules()
+        _shard(gen, disc)
+        return gameopt.Game([gen, gameopt.Player(disc, constraint=gameopt.constraints.Ball(1.0))], _losses(gen, disc))
+
+    cases.update(mixed=mixed, ball=ball)
+    for key, build in cases.items():
+        try:
+            build()
+            out[f"refused/{key}"] = "built"
+        except ValueError as err:
+            out[f"refused/{key}"] = str(err)
+
+
+def _together(rank: int, world: int, out: dict) -> None:
+    """A non-finite loss on one rank only: every rank refuses the step, and nothing
+    changes anywhere; with on_nonfinite="skip" every rank skips it."""
+    for mode in ("raise", "skip"):
+        gen, disc = _modules()
+        _shard(gen, disc)
+        base = _losses(gen, disc)
+
+        def losses(x, z):
+            lg, ld = base(x, z)
+            return (lg * float("nan"), ld) if rank == world - 1 else (lg, ld)
+
+        game = gameopt.Game([gen, disc], losses, algorithm=gameopt.Extragradient(0.05), on_nonfinite=mode)
+        before = [t.clone() for t in game.layout.data]
+        x, z = _batches(1)[0]
+        try:
+            game.step(x, z)
+            out[f"together/{mode}"] = f"stepped, skipped {game.skipped_steps}"
+        except gameopt.NonFiniteError as err:
+            out[f"together/{mode}"] = "NonFiniteError: " + str(err)
+        out[f"together/{mode}/unchanged"] = all(torch.equal(a, b) for a, b in zip(before, game.layout.data))
+
+
+def _worker(rank: int, world: int, port: int) -> dict:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    out: dict = {}
+    try:
+        for check in (_parity, _layout, _refusals, _together):
+            check(rank, world, out)
+    finally:
+        dist.destroy_process_group()
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_sharded_players(tmp_path, world) -> None:
+    results = spawn(_worker, world, tmp_path)
+    for r, res in enumerate(results):
+        for name in ALGORITHMS:
+            assert res[f"parity/{name}"] < 1e-9, (r, name, res[f"parity/{name}"])
+            assert res[f"moved/{name}"] > 1e-3, (r, name)  # the steps did something
+        assert res["layout/params_are_views"] and res["layout/grads_are_views"]
+        assert res["layout/write_reaches_module"] < 1e-12
+        assert "Jacobian products" in res["refused/second_order"] and "sharded" in res["refused/second_order"]
+        assert "HSDP" in res["refused/process_group"]
+        assert "are not" in res["refused/mixed"] and "fully_shard every player" in res["refused/mixed"]
+        assert "Ball" in res["refused/ball"] and "shard" in res["refused/ball"]
+        for mode in ("raise", "skip"):
+            assert res[f"together/{mode}/unchanged"], (r, mode)
+        assert res["together/raise"].startswith("NonFiniteError"), (r, res["together/raise"])
+        assert res["together/skip"] == "stepped, skipped 1", (r, res["together/skip"])
+    # the ranks hold shards: together, every element once
+    assert sum(res["layout/numel"] for res in results) >= sum(p.numel() for p in _modules()[0].parameters())
+    assert len({res["layout/local_numel"] for res in results}) >= 1
