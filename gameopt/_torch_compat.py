@@ -36,6 +36,7 @@ __all__ = [
     "TORCH_VERSION",
     "TorchDispatchMode",
     "compiled_original",
+    "default_store",
     "disabled_torch_function_impl",
     "dtensor_type",
     "engine_on_caller",
@@ -426,3 +427,12 @@ def unsharded_param(fsdp_param: Any) -> Tensor | None:
     """The unsharded parameter that the last forward used (``_unsharded_param``; made at
     the first all-gather and reused), or None before any forward."""
     return getattr(fsdp_param, "_unsharded_param", None)
+
+
+def default_store() -> Any:
+    """The key-value store of the default process group (``_get_default_store``: the
+    rendezvous store torchrun or ``init_process_group`` made), for messages between
+    ranks outside collectives. Checked on 2.13.0 and 2.14.1; no public accessor."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()

@@ -23,6 +23,7 @@ What the game does differently for a sharded player (:class:`Shards`):
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -200,8 +201,85 @@ class Shards:
                     break
         return vec
 
+    def failed(self, err: BaseException, step: int) -> None:
+        """After a step failed on this rank (nothing committed here): a failure of this
+        rank's own is left in the process group's store for the others, and returns
+        (the caller re-raises it); a collective that could not finish (another rank
+        raised, stopped, hung or left: gloo's timeout or a closed connection) raises
+        ``RuntimeError`` naming the ranks that failed, with their errors, and those that
+        did not answer. Every rank that reached the collective waits for the others'
+        word at most :data:`WORD_WAIT` seconds."""
+        prefix = f"gameopt/step{step}/"
+        if not _collective_failure(err):
+            _tell(f"{prefix}failed/{self.rank}", f"{type(err).__name__}: {err}"[:_WORD_MAX])
+            return
+        _tell(f"{prefix}waited/{self.rank}", "")
+        failed, silent, waited = self._others(prefix)
+        what = [f"rank {r} failed in it ({msg})" for r, msg in failed]
+        if silent:
+            what.append(f"{_ranks(silent)} did not answer (stopped, hung or left)")
+        if not what:  # every other rank waited: for this one, which was too slow
+            what.append(f"{_ranks(waited)} stopped waiting for this rank (past the process group's timeout)")
+        raise RuntimeError(
+            f"rank {self.rank}: a collective of step {step} could not finish: {'; '.join(what)}. Nothing was "
+            "committed on this rank, and no rank commits a step another did not finish"
+        ) from err
+
+    def _others(self, prefix: str) -> tuple[list[tuple[int, str]], list[int], list[int]]:
+        """The other ranks' word on this step: (rank, error) of those that failed, the
+        ranks that said nothing within :data:`WORD_WAIT` seconds, and those that waited
+        in the collective too."""
+        others = [r for r in range(self.world_size) if r != self.rank]
+        deadline = time.monotonic() + WORD_WAIT
+        while True:
+            heard = {r: _heard(f"{prefix}failed/{r}", f"{prefix}waited/{r}") for r in others}
+            if all(w is not None for w in heard.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        failed = [(r, w) for r, w in heard.items() if w]
+        return failed, [r for r, w in heard.items() if w is None], [r for r, w in heard.items() if w == ""]
+
     def __repr__(self) -> str:
         return f"Shards(rank={self.rank}, world_size={self.world_size}, mesh={self.mesh})"
+
+
+#: how long a rank whose collective failed waits for the other ranks' word (seconds)
+WORD_WAIT = 2.0
+_WORD_MAX = 500  # characters of an error message left in the store
+
+
+def _collective_failure(err: BaseException) -> bool:
+    """``err`` is a collective that could not finish (gloo's timeout, a closed
+    connection, a torch.distributed error), not a failure of this rank's own."""
+    if isinstance(err, dist.DistError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(w in text for w in ("gloo", "timed out", "connection closed"))
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _tell(key: str, message: str) -> None:
+    """Leave ``message`` under ``key`` in the default store; a store that is gone
+    (its host rank left) takes nothing, and the other ranks name this one silent."""
+    try:
+        tc.default_store().set(key, message)
+    except RuntimeError:
+        pass
+
+
+def _heard(failed: str, waited: str) -> str | None:
+    """A rank's word: its error (under ``failed``), ``""`` if it waited in the
+    collective too, or None if it said nothing (or the store is gone)."""
+    try:
+        store = tc.default_store()
+        if store.check([failed]):
+            return bytes(store.get(failed)).decode(errors="replace")
+        return "" if store.check([waited]) else None
+    except RuntimeError:
+        return None
 
 
 def sharded_backward(buffers: Sequence[ShardedBuffer], loss: Tensor, retain_graph: bool) -> None:

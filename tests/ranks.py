@@ -33,10 +33,13 @@ def _entry(rank: int, worker: Callable[[int, int, int], dict[str, Any]], world: 
     os._exit(0)
 
 
-def spawn(worker: Callable[[int, int, int], dict[str, Any]], world: int, tmp: Path, timeout: float = 240) -> list[dict]:
+def spawn(
+    worker: Callable[[int, int, int], dict[str, Any]], world: int, tmp: Path, timeout: float = 240, may_leave: int = -1
+) -> list[dict]:
     """Run ``worker(rank, world, port)`` on ``world`` spawned ranks; every rank's
     results, once all have finished (a rank still running after ``timeout`` seconds
-    fails the test: a deadlock). A rank's exception is its results' ``"error"``."""
+    fails the test: a deadlock). A rank's exception is its results' ``"error"``. Rank
+    ``may_leave`` may end without results (``{}``)."""
     port = free_port()
     ctx = mp.spawn(_entry, args=(worker, world, port, str(tmp)), nprocs=world, join=False)
     deadline = time.time() + timeout
@@ -46,7 +49,10 @@ def spawn(worker: Callable[[int, int, int], dict[str, Any]], world: int, tmp: Pa
     for p in hung:
         p.kill()
     assert not hung, "a rank hung (deadlock?)"
-    results = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+    results = [
+        json.loads((tmp / f"rank{r}.json").read_text()) if r != may_leave or (tmp / f"rank{r}.json").exists() else {}
+        for r in range(world)
+    ]
     for r, res in enumerate(results):
         assert "error" not in res, f"rank {r}: {res['error']}"
     return results

@@ -5,6 +5,11 @@ when the game is built."""
 
 from __future__ import annotations
 
+import functools
+import os
+import time
+from datetime import timedelta
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,6 +18,7 @@ from torch import nn
 
 import gameopt
 from gameopt import _torch_compat as tc
+from gameopt.sharded import WORD_WAIT
 
 pytestmark = [
     pytest.mark.slow,
@@ -171,12 +177,39 @@ def _together(rank: int, world: int, out: dict) -> None:
         out[f"together/{mode}/unchanged"] = all(torch.equal(a, b) for a, b in zip(before, game.layout.data))
 
 
+def _hsdp(rank: int, world: int, out: dict) -> None:
+    """Hybrid sharding (HSDP): shards within a pair of ranks, replicas across pairs;
+    FSDP averages over all four, and the game agrees over all four."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
+    n = BATCH // world
+    for name in ("SimGD", "Extragradient+Adam"):
+        ref, ref_gen, ref_disc = _game(ALGORITHMS[name], sharded=False)
+        gen, disc = _modules()
+        for m in (gen, disc):
+            for layer in m:
+                if isinstance(layer, nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            fully_shard(m, mesh=mesh)
+        game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=ALGORITHMS[name]())
+        errors = []
+        for x, z in _batches():
+            ref.step(x, z)
+            game.step(x[rank * n : (rank + 1) * n], z[rank * n : (rank + 1) * n])
+            errors.append(_relative(_full(gen) + _full(disc), _full(ref_gen) + _full(ref_disc)))
+        out[f"hsdp/{name}"] = max(errors)
+
+
 def _worker(rank: int, world: int, port: int) -> dict:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     out: dict = {}
     try:
         for check in (_parity, _layout, _refusals, _together):
             check(rank, world, out)
+        if world == 4:
+            _hsdp(rank, world, out)
     finally:
         dist.destroy_process_group()
     return out
@@ -199,6 +232,81 @@ def test_sharded_players(tmp_path, world) -> None:
             assert res[f"together/{mode}/unchanged"], (r, mode)
         assert res["together/raise"].startswith("NonFiniteError"), (r, res["together/raise"])
         assert res["together/skip"] == "stepped, skipped 1", (r, res["together/skip"])
+        if world == 4:
+            assert res["hsdp/SimGD"] < 1e-9 and res["hsdp/Extragradient+Adam"] < 1e-9, res
     # the ranks hold shards: together, every element once
     assert sum(res["layout/numel"] for res in results) >= sum(p.numel() for p in _modules()[0].parameters())
     assert len({res["layout/local_numel"] for res in results}) >= 1
+
+
+# ------------------------------------------------------------------ failures
+TIMEOUT = 3  # the process group's timeout in the failure tests (seconds)
+
+
+def _failing_worker(mode: str):
+    return functools.partial(_fail, mode)
+
+
+def _fail(mode: str, rank: int, world: int, port: int) -> dict:
+    """Rank 1 fails in its losses in the second step (raises, hangs past the timeout,
+    or leaves the process); rank 0 reports when its step failed and with what, and
+    both whether their shards are as the first step left them."""
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=TIMEOUT)
+    )
+    gen, disc = _modules()
+    _shard(gen, disc)
+    base = _losses(gen, disc)
+    second = [False]
+
+    def losses(x, z):
+        if rank == 1 and second[0]:
+            if mode == "raise":
+                raise RuntimeError("rank 1's data loader broke")
+            if mode == "hang":
+                time.sleep(TIMEOUT + 8)
+            if mode == "leave":
+                os._exit(0)
+        return base(x, z)
+
+    game = gameopt.Game([gen, disc], losses, algorithm=gameopt.Extragradient(0.05, update=gameopt.Adam()))
+    x, z = _batches(1)[0]
+    game.step(x, z)
+    after_first = [t.clone() for t in game.layout.data]
+    state = [t.clone() for t in gameopt.state.tensors_in(game.algorithm_state)]
+    out: dict = {}
+    second[0] = True
+    t0 = time.monotonic()
+    try:
+        game.step(x, z)
+        out["error"] = "the second step went through"
+    except RuntimeError as err:
+        out["message"] = str(err)
+    out["seconds"] = time.monotonic() - t0
+    out["unchanged"] = all(torch.equal(a, b) for a, b in zip(after_first, game.layout.data))
+    out["state_unchanged"] = all(
+        torch.equal(a, b) for a, b in zip(state, gameopt.state.tensors_in(game.algorithm_state))
+    )
+    return out
+
+
+@pytest.mark.parametrize("mode", ["raise", "hang", "leave"])
+def test_a_failing_rank_fails_every_rank_naming_it(tmp_path, mode) -> None:
+    """A rank that raises, hangs or leaves inside a step: the other rank fails within
+    the process group's timeout (and a short wait for word), naming it and its error,
+    and no rank commits the step."""
+    results = spawn(_failing_worker(mode), 2, tmp_path, timeout=60, may_leave=1)
+    zero, one = results
+    assert zero["unchanged"] and zero["state_unchanged"], zero
+    assert zero["seconds"] < TIMEOUT + WORD_WAIT + 5, zero["seconds"]
+    assert "rank 1" in zero["message"] and "Nothing was committed" in zero["message"], zero["message"]
+    if mode == "raise":
+        assert "rank 1's data loader broke" in zero["message"]
+        assert one["message"] == "rank 1's data loader broke" and one["unchanged"] and one["state_unchanged"]
+    elif mode == "hang":
+        assert "did not answer" in zero["message"]
+        # rank 0 (the store's host) may have left by the time rank 1 wakes
+        assert "rank 1: a collective of step 1 could not finish: rank 0" in one["message"], one["message"]
+        assert one["unchanged"] and one["state_unchanged"]
+    else:
+        assert "did not answer" in zero["message"] and one == {}

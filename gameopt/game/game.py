@@ -613,6 +613,8 @@ class Game:
                 self._put_back(buffers, oracle)
                 if isinstance(err, NonFiniteError) and (self.loss_scale is not None or self.on_nonfinite == "skip"):
                     return self._skip(oracle)
+            if self._shards is not None and not isinstance(err, NonFiniteError):  # (refused together)
+                self._shards.failed(err, self._steps)  # the other ranks are told, or named
             raise
         finally:
             self._step_buffers = None
