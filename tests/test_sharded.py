@@ -85,20 +85,39 @@ def _relative(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((x - y).abs().max() / y.abs().max().clamp_min(1e-300)) for x, y in zip(a, b))
 
 
-def _game(make_algorithm, sharded: bool, rank: int = 0, world: int = 1, **kwargs):
+#: feasible sets applied elementwise, so shard by shard (the discriminator's weights
+#: in a box, as a WGAN clips them): algorithm, sets, and whether a point is inside
+SETS = {
+    "SimGD+Box": (
+        lambda: gameopt.SimGD(0.1),
+        {"0.weight": gameopt.constraints.Box(-0.3, 0.3), "2.weight": gameopt.constraints.Box(-0.3, 0.3)},
+        lambda w: bool(w[0].abs().max() <= 0.3 and w[2].abs().max() <= 0.3),
+    ),
+    "Extragradient+NonNegative": (
+        lambda: gameopt.Extragradient(0.2),
+        {"0.bias": gameopt.constraints.NonNegative()},
+        lambda w: bool(w[1].min() >= 0),
+    ),
+}
+
+
+def _game(make_algorithm, sharded: bool, sets=None, **kwargs):
     gen, disc = _modules()
     if sharded:
         _shard(gen, disc)
-    return gameopt.Game([gen, disc], _losses(gen, disc), algorithm=make_algorithm(), **kwargs), gen, disc
+    players = [gen, disc if sets is None else gameopt.Player(disc, constraint=sets)]
+    return gameopt.Game(players, _losses(gen, disc), algorithm=make_algorithm(), **kwargs), gen, disc
 
 
 def _parity(rank: int, world: int, out: dict) -> None:
     """Every step of each algorithm: the sharded game's full parameters against one
     process on the whole batch."""
     n = BATCH // world
-    for name, make in ALGORITHMS.items():
-        ref, ref_gen, ref_disc = _game(make, sharded=False)
-        game, gen, disc = _game(make, sharded=True)
+    cases = [(name, make, None) for name, make in ALGORITHMS.items()]
+    cases += [(name, make, sets) for name, (make, sets, _) in SETS.items()]
+    for name, make, sets in cases:
+        ref, ref_gen, ref_disc = _game(make, sharded=False, sets=sets)
+        game, gen, disc = _game(make, sharded=True, sets=sets)
         errors = []
         for x, z in _batches():
             ref.step(x, z)
@@ -106,6 +125,9 @@ def _parity(rank: int, world: int, out: dict) -> None:
             errors.append(_relative(_full(gen) + _full(disc), _full(ref_gen) + _full(ref_disc)))
         out[f"parity/{name}"] = max(errors)
         out[f"moved/{name}"] = _relative(_full(gen), _full(_modules()[0]))
+        if sets is not None:  # the sets hold on the whole parameters
+            out[f"inside/{name}"] = SETS[name][2](_full(disc))
+            out[f"active/{name}"] = not SETS[name][2](_full(_modules()[1]))  # the start was outside
 
 
 def _layout(rank: int, world: int, out: dict) -> None:
@@ -219,9 +241,11 @@ def _worker(rank: int, world: int, port: int) -> dict:
 def test_sharded_players(tmp_path, world) -> None:
     results = spawn(_worker, world, tmp_path)
     for r, res in enumerate(results):
-        for name in ALGORITHMS:
+        for name in [*ALGORITHMS, *SETS]:
             assert res[f"parity/{name}"] < 1e-9, (r, name, res[f"parity/{name}"])
             assert res[f"moved/{name}"] > 1e-3, (r, name)  # the steps did something
+        assert all(res[f"inside/{name}"] for name in SETS), res
+        assert res["active/SimGD+Box"], "the box did not bind"
         assert res["layout/params_are_views"] and res["layout/grads_are_views"]
         assert res["layout/write_reaches_module"] < 1e-12
         assert "Jacobian products" in res["refused/second_order"] and "sharded" in res["refused/second_order"]
