@@ -366,13 +366,17 @@ FSDP_PUBLIC: bool = TORCH_VERSION >= (2, 6)
 
 
 def dtensor_type() -> type | None:
-    """``torch.distributed.tensor.DTensor`` (public since 2.5), or None."""
+    """``torch.distributed.tensor.DTensor`` (public since 2.5; ``torch.distributed._tensor``
+    on 2.4, so that a sharded parameter is refused there by name), or None."""
     if not torch.distributed.is_available():
         return None
     try:
         from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch < 2.5
-        return None
+    except ImportError:  # pragma: no cover - torch 2.4: private, and seen to refuse it
+        try:
+            from torch.distributed._tensor import DTensor
+        except ImportError:
+            return None
     return DTensor
 
 

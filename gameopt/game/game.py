@@ -110,7 +110,7 @@ class Game:
             or are not finite makes every rank refuse the step together.
             Players sharded with FSDP2 (``fully_shard``) need none: FSDP averages
             their gradients, and the game agrees on each step's verdict across the
-            ranks (:mod:`gameopt.sharded`, docs/sharded.md).
+            ranks (docs/sharded.md).
         check_replicas_every: in a data-parallel game, check every this many steps
             that the ranks' parameters and persistent buffers are still identical
             (0: never).

@@ -26,7 +26,11 @@ PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 INSTALLED = {"gameopt": ROOT / "gameopt", "gameopt_players": ROOT / "players"}
 
 #: pages whose blocks need an optional package (the test extra has it)
-NEEDS = {"integrations.md": ("lightning",), "recipes.md": ("lightning",)}
+NEEDS = {
+    "integrations.md": ("lightning",),
+    "recipes.md": ("lightning",),
+    "sharded.md": ("torch.distributed.fsdp._fully_shard",),  # FSDP2's public home, from torch 2.6
+}
 
 _FENCE = re.compile(r"^(?P<fence>```+)(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.S | re.M)
 #: info strings that would be python but are not run: a block is ```python (runs) or not python
