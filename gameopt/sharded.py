@@ -15,9 +15,10 @@ What the game does differently for a sharded player (:class:`Shards`):
   averages the gradients over the ranks into the flat gradient. With mean losses,
   the ranks' halves of a batch give the whole batch's gradient.
 * verdicts: the ranks hold different shards, so every verdict that refuses a step
-  (a ξ or an update that is not finite, a point that would overflow) is agreed on
-  by all ranks, with one small ``all_reduce``: no rank commits a step that another
-  refused, and no rank waits in a collective for one that stopped.
+  is agreed on by all ranks, with one small ``all_reduce`` each: a point to evaluate
+  at that is not finite (before anyone's forward: no rank waits in a collective for
+  one that stopped), and the step's update (not finite, or a point that would
+  overflow). No rank commits a step that another refused.
 """
 
 from __future__ import annotations
@@ -189,17 +190,6 @@ class Shards:
         flag = torch.tensor([1.0 if refused else 0.0], device=self.mesh.device_type)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
-
-    def agree_finite_(self, vec: Sequence[Tensor]) -> Sequence[Tensor]:
-        """Make ``vec`` non-finite on every rank if it is on any (a ξ's verdict, agreed:
-        what the data-parallel average does to a NaN on one rank)."""
-        local = not all(bool(torch.isfinite(t).all()) for t in vec if t.numel())
-        if self.agree(local) and not local:
-            for t in vec:
-                if t.numel():
-                    t.view(-1)[0] = float("nan")
-                    break
-        return vec
 
     def failed(self, err: BaseException, step: int) -> None:
         """After a step failed on this rank (nothing committed here): a failure of this

@@ -176,27 +176,43 @@ def _refusals(rank: int, world: int, out: dict) -> None:
             out[f"refused/{key}"] = str(err)
 
 
+def _nan_in_this_shard(p: torch.Tensor) -> None:
+    """A post-accumulate-grad hook (FSDP runs it after the reduce-scatter): NaN into
+    one element of this rank's shard of ``p``'s gradient."""
+    local = p.grad.to_local()
+    if local.numel():
+        local.view(-1)[0] = float("nan")
+
+
 def _together(rank: int, world: int, out: dict) -> None:
-    """A non-finite loss on one rank only: every rank refuses the step, and nothing
-    changes anywhere; with on_nonfinite="skip" every rank skips it."""
-    for mode in ("raise", "skip"):
-        gen, disc = _modules()
-        _shard(gen, disc)
-        base = _losses(gen, disc)
+    """A non-finite value on one rank only, from a loss (which FSDP's average spreads)
+    or in that rank's shard of a gradient alone: every rank refuses the step, and
+    nothing changes anywhere; with on_nonfinite="skip" every rank skips it."""
+    for source in ("loss", "shard"):
+        for algorithm in ("SimGD", "Extragradient"):
+            for mode in ("raise", "skip"):
+                gen, disc = _modules()
+                _shard(gen, disc)
+                base = _losses(gen, disc)
+                bad = rank == world - 1
 
-        def losses(x, z):
-            lg, ld = base(x, z)
-            return (lg * float("nan"), ld) if rank == world - 1 else (lg, ld)
+                def losses(x, z, bad=bad, base=base):
+                    lg, ld = base(x, z)
+                    return (lg * float("nan"), ld) if bad and source == "loss" else (lg, ld)
 
-        game = gameopt.Game([gen, disc], losses, algorithm=gameopt.Extragradient(0.05), on_nonfinite=mode)
-        before = [t.clone() for t in game.layout.data]
-        x, z = _batches(1)[0]
-        try:
-            game.step(x, z)
-            out[f"together/{mode}"] = f"stepped, skipped {game.skipped_steps}"
-        except gameopt.NonFiniteError as err:
-            out[f"together/{mode}"] = "NonFiniteError: " + str(err)
-        out[f"together/{mode}/unchanged"] = all(torch.equal(a, b) for a, b in zip(before, game.layout.data))
+                if bad and source == "shard":
+                    next(iter(disc.parameters())).register_post_accumulate_grad_hook(_nan_in_this_shard)
+                make = getattr(gameopt, algorithm)
+                game = gameopt.Game([gen, disc], losses, algorithm=make(0.05), on_nonfinite=mode)
+                before = [t.clone() for t in game.layout.data]
+                x, z = _batches(1)[0]
+                key = f"together/{source}/{algorithm}/{mode}"
+                try:
+                    game.step(x, z)
+                    out[key] = f"stepped, skipped {game.skipped_steps}"
+                except gameopt.NonFiniteError as err:
+                    out[key] = "NonFiniteError: " + str(err)
+                out[f"{key}/unchanged"] = all(torch.equal(a, b) for a, b in zip(before, game.layout.data))
 
 
 def _hsdp(rank: int, world: int, out: dict) -> None:
@@ -252,10 +268,12 @@ def test_sharded_players(tmp_path, world) -> None:
         assert "HSDP" in res["refused/process_group"]
         assert "are not" in res["refused/mixed"] and "fully_shard every player" in res["refused/mixed"]
         assert "Ball" in res["refused/ball"] and "shard" in res["refused/ball"]
-        for mode in ("raise", "skip"):
-            assert res[f"together/{mode}/unchanged"], (r, mode)
-        assert res["together/raise"].startswith("NonFiniteError"), (r, res["together/raise"])
-        assert res["together/skip"] == "stepped, skipped 1", (r, res["together/skip"])
+        for source in ("loss", "shard"):
+            for algorithm in ("SimGD", "Extragradient"):
+                key = f"together/{source}/{algorithm}"
+                assert res[f"{key}/raise/unchanged"] and res[f"{key}/skip/unchanged"], (r, key)
+                assert res[f"{key}/raise"].startswith("NonFiniteError"), (r, key, res[f"{key}/raise"])
+                assert res[f"{key}/skip"] == "stepped, skipped 1", (r, key, res[f"{key}/skip"])
         if world == 4:
             assert res["hsdp/SimGD"] < 1e-9 and res["hsdp/Extragradient+Adam"] < 1e-9, res
     # the ranks hold shards: together, every element once

@@ -317,12 +317,9 @@ class Game:
     # ---------------------------------------------------------- data parallel
     def _mean_(self, vec: Vec) -> Vec:
         """Average a joint vector across ranks in place (identity without a process
-        group); with sharded players, whose shards FSDP averaged, make it non-finite on
-        every rank if it is on one."""
+        group, and for sharded players, whose gradients FSDP averages)."""
         if self._parallel is not None:
             self._parallel.mean_(vec)
-        elif self._shards is not None:
-            self._shards.agree_finite_(vec)
         return vec
 
     @contextlib.contextmanager
@@ -416,7 +413,7 @@ class Game:
         )
         self._vectors = StepVectors(self.layout)
         self._watch = relayout.Watch(self.players)
-        self._moves = Moves(self.layout, self.players)
+        self._moves = Moves(self.layout, self.players, agree=None if self._shards is None else self._shards.agree)
         # a move is one write (Moves.move: one add into the one group), so that a commit that
         # changes nothing else cannot be torn by an interrupt
         self._one_write = len(self.layout.data) == 1 and not self._moves.constrained and self._parallel is None
@@ -426,7 +423,7 @@ class Game:
             problem=self._problem,
             moves=self._moves,
             players=self.players,
-            parallel=self._parallel is not None or self._shards is not None,
+            parallel=self._parallel is not None,
             mean_=self._mean_,
             together=self._together,
             evaluations=functools.partial(

@@ -42,8 +42,13 @@ class Moves:
         players: the game's players, in the layout's order (their constraints and names).
     """
 
-    def __init__(self, layout: JointLayout, players: Sequence[Player]) -> None:
+    def __init__(
+        self, layout: JointLayout, players: Sequence[Player], agree: Callable[[bool], bool] | None = None
+    ) -> None:
         self.layout = layout
+        #: with sharded players, whether any rank refuses (``Shards.agree``): a point one
+        #: rank refuses to evaluate at, every rank refuses, before anyone's forward
+        self.agree = agree
         self.players = players  # their names, read when a message needs them
         # (entry, parameter index in its buffer, constraint) for every constrained parameter
         self.constrained = [
@@ -115,11 +120,11 @@ class Moves:
                             self.constrained, self._views(self.backup), self._views(d, scale=factors)
                         )
                     ]
-                    if not all_finite(points):
+                    if not self._agreed(all_finite(points)):
                         raise NonFiniteError(self._not_finite_through_sets(points))
                     for (e, k, _), point in zip(self.constrained, points):
                         self._param_view(data, e, k).copy_(point)
-            if not all_finite(data):
+            if not self._agreed(all_finite(data)):
                 raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
             yield
         finally:
@@ -155,6 +160,10 @@ class Moves:
         except BaseException:
             self._versions = [-1] * len(self._versions)  # a move cut short: the bounds are read again
             raise
+
+    def _agreed(self, finite: bool) -> bool:
+        """``finite`` here, and on every rank when the players are sharded."""
+        return finite if self.agree is None else not self.agree(not finite)
 
     def _move_through_sets(self, w: Vec, delta: Vec, out: Vec) -> Vec:
         """:meth:`move` with constrained parameters (under ``no_grad``)."""
@@ -254,7 +263,8 @@ class Moves:
             for (e, k, c), x in zip(self.constrained, points)
             if not all_finite([x])
         ]
-        return f"the point formed through a feasible set is not finite for {', '.join(bad)}; nothing changed"
+        where = ", ".join(bad) if bad else "a parameter on another rank"
+        return f"the point formed through a feasible set is not finite for {where}; nothing changed"
 
     def delta_to(self, w: Vec, target: Vec, out: Vec) -> Vec:
         """The step whose :meth:`move` from ``w`` lands on ``target`` (feasible):
