@@ -5,6 +5,7 @@ when the game is built."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import time
@@ -174,6 +175,15 @@ def _refusals(rank: int, world: int, out: dict) -> None:
             out[f"refused/{key}"] = "built"
         except ValueError as err:
             out[f"refused/{key}"] = str(err)
+    # and what a built sharded game cannot do, when it is asked
+    game, _, _ = _game(ALGORITHMS["SimGD"], sharded=True)
+    x, z = _batches(1)[0]
+    for key, call in {"linearize": lambda: game.linearize(x, z), "deepcopy": lambda: copy.deepcopy(game)}.items():
+        try:
+            call()
+            out[f"refused/{key}"] = "done"
+        except (RuntimeError, TypeError) as err:
+            out[f"refused/{key}"] = f"{type(err).__name__}: {err}"
 
 
 def _nan_in_this_shard(p: torch.Tensor) -> None:
@@ -268,6 +278,8 @@ def test_sharded_players(tmp_path, world) -> None:
         assert "HSDP" in res["refused/process_group"]
         assert "are not" in res["refused/mixed"] and "fully_shard every player" in res["refused/mixed"]
         assert "Ball" in res["refused/ball"] and "shard" in res["refused/ball"]
+        assert res["refused/linearize"].startswith("RuntimeError") and "Jacobian products" in res["refused/linearize"]
+        assert res["refused/deepcopy"].startswith("TypeError") and "checkpoint" in res["refused/deepcopy"]
         for source in ("loss", "shard"):
             for algorithm in ("SimGD", "Extragradient"):
                 key = f"together/{source}/{algorithm}"

@@ -294,9 +294,8 @@ class Game:
             return
         if self._shards is not None:
             raise ValueError(
-                f"{type(algorithm).__name__} uses Jacobian products, which gameopt does not form through "
-                "FSDP-sharded players (FSDP reduce-scatters gradients outside autograd, so ξ has no graph to "
-                f"differentiate): sharded players need a first-order algorithm ({first_order_names()})"
+                f"{type(algorithm).__name__} uses Jacobian products: {_NO_PRODUCTS}; sharded players need a "
+                f"first-order algorithm ({first_order_names()})"
             )
         self._problem.refuse_complex(type(algorithm).__name__, first_order_names())
         if self._moves.constrained:
@@ -503,6 +502,8 @@ class Game:
         """ξ at the current point with its graph; ``.jvp(v)`` and ``.vjp(v)`` on joint vectors.
         Made inside a running step (from the losses), its products all go through its
         kept graph (J v by double backward): none runs the losses again."""
+        if self._shards is not None:
+            raise RuntimeError(_NO_PRODUCTS)
         evaluations = self._evaluations()
         closure = functools.partial(self.losses, *args, **kwargs)
         with self._read_only() as (problem, _), evaluations(plain=False):
@@ -753,6 +754,11 @@ class Game:
         modules evaluates the copies, see :func:`gameopt.copying.copy_callable`), of
         the algorithm (bound to the copy, with these param groups' values) and of its
         state; a lock of its own. A data-parallel copy shares the process group."""
+        if self._shards is not None:
+            raise TypeError(
+                "a game of sharded players cannot be copied (FSDP modules do not support copy.deepcopy): save it "
+                "with torch.distributed.checkpoint and load it into a game built alike (docs/sharded.md)"
+            )
         with self.lock:
             self._refuse_in_step("copy.deepcopy(game)")  # the point is mid-step there
             self._refresh()  # the copy's layout is the one the state was made for
@@ -885,6 +891,12 @@ def _check_not_borrowed(state_tensors: Sequence[Tensor], borrowed: Sequence[Vec]
             "(the next evaluation overwrites it): keep a copy (oracle.empty().copy_(xi)) instead"
         )
 
+
+#: why a game of sharded players forms no Jacobian product
+_NO_PRODUCTS = (
+    "gameopt does not form Jacobian products through FSDP-sharded players (FSDP reduce-scatters gradients "
+    "outside autograd, so ξ has no graph to differentiate)"
+)
 
 _PRODUCT_MARGIN = 1 + 2.0**-40  # a float64 product's rounding, with room
 
