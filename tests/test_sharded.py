@@ -175,6 +175,18 @@ def _refusals(rank: int, world: int, out: dict) -> None:
             out[f"refused/{key}"] = "built"
         except ValueError as err:
             out[f"refused/{key}"] = str(err)
+    # a refused game leaves the modules as FSDP had them: the same values, and they train
+    gen, disc = _modules()
+    _shard(gen, disc)
+    start = _full(gen) + _full(disc)
+    try:
+        gameopt.Game([gen, disc], _losses(gen, disc), algorithm=gameopt.SGA(0.1))
+    except ValueError:
+        pass
+    out["refused/unchanged"] = _relative(_full(gen) + _full(disc), start)
+    game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=gameopt.SimGD(0.1))
+    game.step(*_batches(1)[0])
+    out["refused/then_trains"] = _relative(_full(gen), start[:4])
     # and what a built sharded game cannot do, when it is asked
     game, _, _ = _game(ALGORITHMS["SimGD"], sharded=True)
     x, z = _batches(1)[0]
@@ -278,6 +290,7 @@ def test_sharded_players(tmp_path, world) -> None:
         assert "HSDP" in res["refused/process_group"]
         assert "are not" in res["refused/mixed"] and "fully_shard every player" in res["refused/mixed"]
         assert "Ball" in res["refused/ball"] and "shard" in res["refused/ball"]
+        assert res["refused/unchanged"] == 0 and res["refused/then_trains"] > 1e-4, res
         assert res["refused/linearize"].startswith("RuntimeError") and "Jacobian products" in res["refused/linearize"]
         assert res["refused/deepcopy"].startswith("TypeError") and "checkpoint" in res["refused/deepcopy"]
         for source in ("loss", "shard"):
