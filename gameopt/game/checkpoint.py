@@ -6,6 +6,11 @@ The format: ``{"players": [{"name", "params", "buffers"}, ...], "algorithm": ...
 parameter buffers and its module's persistent buffers (BatchNorm running
 statistics) by name. :func:`check_state_dict` checks everything before
 :func:`load_state_dict` writes anything.
+
+A game of FSDP-sharded players saves this form with each flat local vector (a
+player's parameters, a joint vector of the algorithm's state) as DTensors, one per
+parameter: ``gameopt.sharded.saved_form`` turns this module's form into it, and
+``gameopt.sharded.local_form`` back before it is checked and loaded here.
 """
 
 from __future__ import annotations

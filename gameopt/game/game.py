@@ -36,7 +36,7 @@ from ..loss_scale import DynamicLossScale
 from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
-from ..sharded import ShardedBuffer, Shards
+from ..sharded import ShardedBuffer, Shards, local_form, saved_form
 from ..state import tensors_in
 from ..vec import Scaled, Step, Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
@@ -689,37 +689,81 @@ class Game:
 
         Taken inside a running step (from its losses), it is the game as the step
         found it: the point and module buffers it started from, with the state
-        it started from."""
+        it started from.
+
+        With FSDP-sharded players, each rank's parameters and each joint vector of the
+        algorithm's state are DTensors, one per parameter (its global shape, sharded
+        like it, this rank's shard: ``gameopt.sharded.saved_form``); the rest
+        (numbers, learning rates, module buffers) is the same on every rank. Save it
+        with ``torch.distributed.checkpoint`` from every rank,
+        ``dcp.save({"game": game.state_dict()}, checkpoint_id=path)``, and load it into
+        a game built the same way, on any number of ranks (DCP reshards)::
+
+            sd = {"game": game.state_dict()}
+            dcp.load(sd, checkpoint_id=path)
+            game.load_state_dict(sd["game"])
+
+        ``torch.save(game.state_dict(), f)`` writes this rank's shards only (as
+        DTensors, never as whole tensors): save one file per rank and load each on the
+        rank that wrote it, in a world of the same size (another world size is
+        refused; a file of another rank of the same world cannot be told apart, and
+        loads that rank's values). The module buffers are saved as DCP saves an FSDP
+        module's: as replicated, rank 0's."""
         start = None
         if not self.stepping:
             self._refresh()
         else:
             assert self._step_buffers is not None  # held while a step runs
             start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers)
-        return checkpoint.state_dict(
+        out = checkpoint.state_dict(
             self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale, start
         )
+        if self._shards is not None:
+            out = saved_form(out, self.players, self.layout, self.algorithm_state)
+        return out
 
     @_one_at_a_time
     def check_state_dict(self, state_dict: Any) -> None:
         """Raise ``ValueError`` naming what is wrong unless ``state_dict`` fits this
-        game (players, shapes, dtypes, the algorithm and its state). Changes nothing."""
+        game (players, shapes, dtypes, the algorithm and its state). Changes nothing.
+        With sharded players every rank calls it: every rank gives the same verdict."""
+        self._loadable(state_dict)
+
+    def _loadable(self, state_dict: Any) -> Any:
+        """:meth:`check_state_dict`, returning ``state_dict`` in the form
+        :func:`.checkpoint.load_state_dict` writes (the local form of a sharded game's:
+        ``gameopt.sharded.local_form``). With sharded players, the verdict is agreed
+        by every rank: one rank's shard that does not fit refuses the load on all."""
         if not self.stepping:
             self._refresh()
-        checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
+        if self._shards is None:
+            checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
+            return state_dict
+        failure: Exception | None = None
+        try:
+            local = local_form(state_dict, self.players, self.layout, self.algorithm_state)
+            checkpoint.check_state_dict(local, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
+        except Exception as err:  # agreed first: a rank that raised alone would leave the others waiting
+            failure = err
+        if self._shards.agree(failure is not None):
+            if failure is not None:
+                raise failure
+            raise ValueError("another rank refused this state_dict (its shards do not fit); nothing changed")
+        return local
 
     @_one_at_a_time
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`. Everything is checked before anything is
-        written: a state that does not fit raises ``ValueError`` and changes nothing.
-        The load is whole: a Ctrl-C that arrives while it writes raises its
-        ``KeyboardInterrupt`` once it is done. Refused (``RuntimeError``, nothing
-        changed) from inside a running step."""
+        written: a state that does not fit raises ``ValueError`` and changes nothing
+        (with sharded players, on every rank: each rank calls it, and the ranks agree
+        on the verdict). The load is whole: a Ctrl-C that arrives while it writes
+        raises its ``KeyboardInterrupt`` once it is done. Refused (``RuntimeError``,
+        nothing changed) from inside a running step."""
         self._refuse_in_step("game.load_state_dict()")
-        self.check_state_dict(state_dict)
+        local = self._loadable(state_dict)
         with deferred_interrupts():
             self.skipped_steps, self.algorithm_state = checkpoint.load_state_dict(
-                state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale
+                local, self.players, self.algorithm, self.algorithm_state, self.loss_scale
             )
 
     # ------------------------------------------- read only: for tests and tools
