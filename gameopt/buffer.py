@@ -100,7 +100,8 @@ def _dense_strides(shape: torch.Size, stride: tuple[int, ...]) -> bool:
     return True
 
 
-def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+def contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    """The row-major (contiguous) strides of ``shape``."""
     strides, acc = [], 1
     for size in reversed(shape):
         strides.append(acc)
@@ -348,8 +349,8 @@ class FlatBuffer:
             offset = -(-offset // step) * step
             stride = tuple(p.stride())
             if not _dense_strides(p.shape, stride):
-                stride = _contiguous_strides(p.shape)
-            segments.append(Segment(offset, p.numel(), p.shape, stride, stride == _contiguous_strides(p.shape)))
+                stride = contiguous_strides(p.shape)
+            segments.append(Segment(offset, p.numel(), p.shape, stride, stride == contiguous_strides(p.shape)))
             offset += p.numel()
         total = -(-offset // step) * step if align else offset
         return segments, total
@@ -393,9 +394,9 @@ class FlatBuffer:
         ref = weakref.ref(self)
         for i, p in enumerate(self.params):
             p.register_post_accumulate_grad_hook(_relink_hook_fn(ref, i))
-        self._follow(data)
+        self.follow(data)
 
-    def _follow(self, data: Tensor) -> None:
+    def follow(self, data: Tensor) -> None:
         """Point the flat parameter at ``data``: the same Python object when it can move
         (``swap_tensors``), else a new one and the old one raises when used."""
         alias = data.view(-1)  # own tensor object; shares storage and version counter

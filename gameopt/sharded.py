@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import _torch_compat as tc
-from .buffer import FlatBuffer, Segment, _contiguous_strides
+from .buffer import FlatBuffer, Segment, contiguous_strides
 from .vec import Vec
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class ShardedBuffer(FlatBuffer):
         segments, offset = [], 0
         for fp in self._fsdp:
             shape = fp.sharded_size
-            segments.append(Segment(offset, shape.numel(), shape, _contiguous_strides(shape)))
+            segments.append(Segment(offset, shape.numel(), shape, contiguous_strides(shape)))
             offset += fp.padded_sharded_param_size.numel()
         return segments, offset
 
@@ -118,7 +118,7 @@ class ShardedBuffer(FlatBuffer):
         self._grad_views = grad_views
         self._ptrs = self._local_ptrs()
         self._shapes = [tc.local_shard(p).shape for p in self.params]
-        self._follow(data)
+        self.follow(data)
 
     def _local_ptrs(self) -> list[int]:
         return [tc.local_shard(p).data_ptr() for p in self.params]
