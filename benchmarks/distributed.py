@@ -25,11 +25,13 @@ import argparse
 import csv
 import functools
 import json
+import os
 import socket
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -338,8 +340,19 @@ def _sharded_memory_worker(rank: int, world: int, port: int, cfg: dict, out: str
     Path(out, f"rank{rank}.json").write_text(json.dumps(res))
 
 
+def _exiting(rank: int, worker: Callable, world: int, port: int, cfg: dict, out: str) -> None:
+    """Run ``worker``, then leave without the interpreter's teardown: under load,
+    gloo's threads sometimes abort there (SIGABRT) after everything finished."""
+    try:
+        worker(rank, world, port, cfg, out)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
 def _spawn(worker: Callable, world: int, cfg: dict, out: str) -> None:
-    mp.spawn(worker, args=(world, _port(), cfg, out), nprocs=world)
+    mp.spawn(_exiting, args=(worker, world, _port(), cfg, out), nprocs=world)
 
 
 def sharded_timing(world: int, cfg: dict) -> dict:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import csv
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from ranks import free_port
 
 from gameopt import _torch_compat as tc
 
@@ -25,17 +25,11 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(*args: str, ranks: int = 2) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--master-port"]
     return subprocess.run(
-        [*cmd, str(_free_port()), "-m", "experiments.sharded_gan", *args],
+        [*cmd, str(free_port()), "-m", "experiments.sharded_gan", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -97,10 +91,6 @@ def test_sharded_benchmark_quick(tmp_path) -> None:
         assert float(memory[side, 1]["held"]) >= 4 * float(memory[side, 1]["param_bytes"]) * 0.99
 
 
-@pytest.mark.xfail(
-    reason="game.state_dict() of a sharded game is not yet DCP-correct (each rank's shards; branch r-dcp)",
-    strict=False,
-)
 def test_resumed_sharded_gan_continues_as_one_run(tmp_path) -> None:
     """10 steps, a DCP checkpoint, --resume to 20: the metrics of an uninterrupted run of 20."""
     common = ["--hidden", "32", "--batch", "64", "--log-every", "10"]
