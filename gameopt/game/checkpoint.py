@@ -9,8 +9,8 @@ statistics) by name. :func:`check_state_dict` checks everything before
 
 A game of FSDP-sharded players saves this form with each flat local vector (a
 player's parameters, a joint vector of the algorithm's state) as DTensors, one per
-parameter: ``gameopt.sharded.saved_form`` turns this module's form into it, and
-``gameopt.sharded.local_form`` back before it is checked and loaded here.
+parameter: ``gameopt.game.sharded_checkpoint.saved_form`` turns this module's form into it, and
+``gameopt.game.sharded_checkpoint.local_form`` back before it is checked and loaded here.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from ..loss_scale import DynamicLossScale
 from ..optim import GameOptimizer
 from ..player import Player
 from ..protocols import Linearization
-from ..sharded import ShardedBuffer, Shards, local_form, saved_form
+from ..sharded import ShardedBuffer, Shards
 from ..state import tensors_in
 from ..vec import Scaled, Step, Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
@@ -44,6 +44,7 @@ from .errors import NonFiniteError
 from .moves import Moves
 from .oracle import StepContext, StepOracle
 from .rollback import Rollback
+from .sharded_checkpoint import local_form, saved_form
 
 log = logging.getLogger(__name__)
 
@@ -693,7 +694,7 @@ class Game:
 
         With FSDP-sharded players, each rank's parameters and each joint vector of the
         algorithm's state are DTensors, one per parameter (its global shape, sharded
-        like it, this rank's shard: ``gameopt.sharded.saved_form``); the rest
+        like it, this rank's shard: ``gameopt.game.sharded_checkpoint.saved_form``); the rest
         (numbers, learning rates, module buffers) is the same on every rank. Save it
         with ``torch.distributed.checkpoint`` from every rank,
         ``dcp.save({"game": game.state_dict()}, checkpoint_id=path)``, and load it into
@@ -732,7 +733,7 @@ class Game:
     def _loadable(self, state_dict: Any) -> Any:
         """:meth:`check_state_dict`, returning ``state_dict`` in the form
         :func:`.checkpoint.load_state_dict` writes (the local form of a sharded game's:
-        ``gameopt.sharded.local_form``). With sharded players, the verdict is agreed
+        ``gameopt.game.sharded_checkpoint.local_form``). With sharded players, the verdict is agreed
         by every rank: one rank's shard that does not fit refuses the load on all."""
         if not self.stepping:
             self._refresh()
