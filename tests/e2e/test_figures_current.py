@@ -401,3 +401,23 @@ def test_digits_figures_run_starts_as_a_fresh_run(monkeypatch) -> None:
     assert run["history"]["step"] == history["step"][:1]
     assert run["history"]["fd"] == pytest.approx(history["fd"][:1], rel=1e-3)
     assert run["history"]["classes"] == pytest.approx(history["classes"][:1], abs=1)
+
+
+# ------------------------------------------------------------------ sharded memory
+@pytest.mark.slow
+@pytest.mark.parametrize(("algorithm", "ranks"), [("SimGD", 1), ("SimGD+Adam", 2)])
+def test_sharded_memory_figure_holds_what_a_fresh_run_holds(algorithm: str, ranks: int) -> None:
+    """figures/sharded_memory: the tensor storages a rank holds between steps (and its
+    parameters' bytes), for gameopt, rerun at the committed size. The resident-set
+    curves depend on the allocator and are not compared."""
+    from benchmarks.distributed import sharded_memory
+    from gameopt import _torch_compat as tc
+
+    if not tc.FSDP_PUBLIC:
+        pytest.skip("FSDP2 is public from torch 2.6")
+    committed = _committed("sharded_memory.json")
+    config = {k: committed["config"][k] for k in ("hidden", "depth", "batch")}
+    (row,) = [r for r in committed["rows"] if (r["algorithm"], r["side"], r["ranks"]) == (algorithm, "gameopt", ranks)]
+    fresh = sharded_memory(ranks, {**config, "algorithm": algorithm, "side": "gameopt"})
+    assert fresh["param_bytes"] == row["param_bytes"]
+    assert fresh["held"] == row["held"]
