@@ -91,6 +91,7 @@ class GameOptimizer(torch.optim.Optimizer):
         """The algorithm's param groups and the state the game holds for it, read
         holding the game's lock (a step on another thread is waited for)."""
         with self._current_game().lock:
+            _refuse_sharded(self._current_game(), "state_dict")
             return self.algorithm.state_dict(self._current_game().algorithm_state)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -102,6 +103,7 @@ class GameOptimizer(torch.optim.Optimizer):
             game = self._current_game()  # still this optimizer's, now that the lock is held
             if game.stepping:
                 raise refused("game.optimizer.load_state_dict()")
+            _refuse_sharded(game, "load_state_dict")
             with deferred_interrupts():  # the param groups and the state together
                 game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
 
@@ -112,3 +114,15 @@ class GameOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"GameOptimizer({self.algorithm!r})"
+
+
+def _refuse_sharded(game: Any, call: str) -> None:
+    """The optimizer's checkpoint holds each rank's flat shards as plain tensors, which
+    ``torch.distributed.checkpoint`` would save once, as if every rank held the same:
+    a sharded game is checkpointed whole, by ``game.state_dict()``."""
+    if game.sharded:
+        raise RuntimeError(
+            f"game.optimizer.{call}() of a game of sharded players: checkpoint the game instead, "
+            "game.state_dict() / game.load_state_dict() (its shards as DTensors, for torch.distributed.checkpoint; "
+            "docs/sharded.md)"
+        )

@@ -190,7 +190,13 @@ def _refusals(rank: int, world: int, out: dict) -> None:
     # and what a built sharded game cannot do, when it is asked
     game, _, _ = _game(ALGORITHMS["SimGD"], sharded=True)
     x, z = _batches(1)[0]
-    for key, call in {"linearize": lambda: game.linearize(x, z), "deepcopy": lambda: copy.deepcopy(game)}.items():
+    out["sharded"] = game.sharded
+    calls = {
+        "linearize": lambda: game.linearize(x, z),
+        "deepcopy": lambda: copy.deepcopy(game),
+        "optimizer_state_dict": lambda: game.optimizer.state_dict(),
+    }
+    for key, call in calls.items():
         try:
             call()
             out[f"refused/{key}"] = "done"
@@ -293,6 +299,7 @@ def test_sharded_players(tmp_path, world) -> None:
         assert res["refused/unchanged"] == 0 and res["refused/then_trains"] > 1e-4, res
         assert res["refused/linearize"].startswith("RuntimeError") and "Jacobian products" in res["refused/linearize"]
         assert res["refused/deepcopy"].startswith("TypeError") and "checkpoint" in res["refused/deepcopy"]
+        assert "game.state_dict()" in res["refused/optimizer_state_dict"] and res["sharded"]
         for source in ("loss", "shard"):
             for algorithm in ("SimGD", "Extragradient"):
                 key = f"together/{source}/{algorithm}"

@@ -289,6 +289,11 @@ class Game:
             raise ValueError("the players are sharded over different device meshes: shard them over one mesh")
         return Shards(next(iter(meshes)))
 
+    @property
+    def sharded(self) -> bool:
+        """Whether the players are sharded with FSDP2 (``fully_shard``; docs/sharded.md)."""
+        return self._shards is not None
+
     def _check_fits(self, algorithm: Algorithm) -> None:
         """Second-order algorithms need double backward and have no projected version."""
         if algorithm.first_order:
