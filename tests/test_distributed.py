@@ -4,18 +4,16 @@ of collectives per step, failure on one rank, checkpoint and resume."""
 
 from __future__ import annotations
 
+import functools
 import io
-import json
 import os
-import socket
 import time
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from ranks import free_port, spawn
 from torch import nn
 
 import gameopt
@@ -33,12 +31,6 @@ ALGORITHMS = {
 }
 # collectives per step: one per vector field and per Jacobian product
 COLLECTIVES = {"SimGD": 1, "Extragradient": 2, "Optimistic": 1, "Consensus": 2, "SGA": 3, "LOLA": 3, "SOS": 4}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _make(n_tensors: int = 2, seed: int = 0):
@@ -81,108 +73,92 @@ def _run(name, steps, group=None, rank=0, world=1, n_tensors=2, start_state=None
     return game
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
+def _worker(tmp: str, rank: int, world: int, port: int) -> dict:
     results: dict = {}
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    group = dist.group.WORLD
+    # parity with a single process on the whole batch
+    for name in ALGORITHMS:
+        par = _run(name, 4, group, rank, world)
+        ref = _run(name, 4)
+        results[f"parity/{name}"] = float((par.layout.data[0] - ref.layout.data[0]).abs().max())
+    # the number of collectives per step does not depend on players or tensors
+    calls = {"n": 0}
+    real = torch.distributed.all_reduce
+
+    def counting(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    torch.distributed.all_reduce = counting
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        group = dist.group.WORLD
-        # parity with a single process on the whole batch
-        for name in ALGORITHMS:
-            par = _run(name, 4, group, rank, world)
-            ref = _run(name, 4)
-            results[f"parity/{name}"] = float((par.layout.data[0] - ref.layout.data[0]).abs().max())
-        # the number of collectives per step does not depend on players or tensors
-        calls = {"n": 0}
-        real = torch.distributed.all_reduce
-
-        def counting(*a, **k):
-            calls["n"] += 1
-            return real(*a, **k)
-
-        torch.distributed.all_reduce = counting
-        try:
-            for name in COLLECTIVES:
-                for n_tensors in (1, 12):
-                    gen, disc = _make(n_tensors)
-                    game = gameopt.Game(
-                        [gen, disc], _losses(gen, disc), algorithm=ALGORITHMS[name](), process_group=group
-                    )
-                    x, z = _batches(1)[0]
-                    game.step(x[rank::world], z[rank::world])  # warm-up (first-step special cases)
-                    calls["n"] = 0
-                    game.step(x[rank::world], z[rank::world])
-                    results[f"count/{name}/{n_tensors}"] = calls["n"]
-        finally:
-            torch.distributed.all_reduce = real
-        # failure on one rank: every rank refuses the step, nothing changes, no deadlock
-        gen, disc = _make()
-        base = _losses(gen, disc)
-
-        def failing(x, z):
-            if rank == world - 1:
-                raise RuntimeError("this rank's data loader broke")
-            return base(x, z)
-
-        for algo in ("SimGD", "Extragradient", "SGA"):
-            game = gameopt.Game([gen, disc], failing, algorithm=ALGORITHMS[algo](), process_group=group)
-            before = game.layout.data[0].clone()
-            x, z = _batches(1)[0]
-            try:
+        for name in COLLECTIVES:
+            for n_tensors in (1, 12):
+                gen, disc = _make(n_tensors)
+                game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=ALGORITHMS[name](), process_group=group)
+                x, z = _batches(1)[0]
+                game.step(x[rank::world], z[rank::world])  # warm-up (first-step special cases)
+                calls["n"] = 0
                 game.step(x[rank::world], z[rank::world])
-                results[f"failure/{algo}"] = "no error"
-            except gameopt.NonFiniteError as err:
-                results[f"failure/{algo}"] = "NonFiniteError: " + str(err)
-            except RuntimeError as err:
-                results[f"failure/{algo}"] = "RuntimeError: " + str(err)
-            results[f"failure/{algo}/unchanged"] = bool(torch.equal(before, game.layout.data[0]))
-        # checkpoint on rank 0, load everywhere, resume bit for bit
-        straight = _run("Optimistic", 6, group, rank, world)
-        half = _run("Optimistic", 3, group, rank, world)
-        path = Path(out).with_name("ckpt.pt")
-        if rank == 0:
-            buf = io.BytesIO()
-            torch.save(half.state_dict(), buf)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(buf.getvalue())
-            tmp.replace(path)
-        dist.barrier()
-        state = torch.load(path, weights_only=True)
-        gen, disc = _make(seed=1)  # other initial values: the checkpoint must restore them
-        game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=ALGORITHMS["Optimistic"](), process_group=group)
-        game.load_state_dict(state)
-        for x, z in _batches(6)[3:]:
-            game.step(x[rank::world], z[rank::world])
-        results["resume/bit_exact"] = bool(torch.equal(game.layout.data[0], straight.layout.data[0]))
-        _buffer_checks(rank, world, group, results)
-        # drifted replicas are detected
-        game.layout.data[0][0] += 1e-3 * (rank + 1)
+                results[f"count/{name}/{n_tensors}"] = calls["n"]
+    finally:
+        torch.distributed.all_reduce = real
+    # failure on one rank: every rank refuses the step, nothing changes, no deadlock
+    gen, disc = _make()
+    base = _losses(gen, disc)
+
+    def failing(x, z):
+        if rank == world - 1:
+            raise RuntimeError("this rank's data loader broke")
+        return base(x, z)
+
+    for algo in ("SimGD", "Extragradient", "SGA"):
+        game = gameopt.Game([gen, disc], failing, algorithm=ALGORITHMS[algo](), process_group=group)
+        before = game.layout.data[0].clone()
+        x, z = _batches(1)[0]
         try:
-            game.check_replicas()
-            results["drift"] = "not detected"
+            game.step(x[rank::world], z[rank::world])
+            results[f"failure/{algo}"] = "no error"
+        except gameopt.NonFiniteError as err:
+            results[f"failure/{algo}"] = "NonFiniteError: " + str(err)
         except RuntimeError as err:
-            results["drift"] = str(err)
-        dist.destroy_process_group()
-    except Exception:
-        results["error"] = traceback.format_exc()
-    Path(out).write_text(json.dumps(results))
+            results[f"failure/{algo}"] = "RuntimeError: " + str(err)
+        results[f"failure/{algo}/unchanged"] = bool(torch.equal(before, game.layout.data[0]))
+    # checkpoint on rank 0, load everywhere, resume bit for bit
+    straight = _run("Optimistic", 6, group, rank, world)
+    half = _run("Optimistic", 3, group, rank, world)
+    path = Path(tmp) / "ckpt.pt"
+    if rank == 0:
+        buf = io.BytesIO()
+        torch.save(half.state_dict(), buf)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(path)
+    dist.barrier()
+    state = torch.load(path, weights_only=True)
+    gen, disc = _make(seed=1)  # other initial values: the checkpoint must restore them
+    game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=ALGORITHMS["Optimistic"](), process_group=group)
+    game.load_state_dict(state)
+    for x, z in _batches(6)[3:]:
+        game.step(x[rank::world], z[rank::world])
+    results["resume/bit_exact"] = bool(torch.equal(game.layout.data[0], straight.layout.data[0]))
+    _buffer_checks(rank, world, group, results)
+    # drifted replicas are detected
+    game.layout.data[0][0] += 1e-3 * (rank + 1)
+    try:
+        game.check_replicas()
+        results["drift"] = "not detected"
+    except RuntimeError as err:
+        results["drift"] = str(err)
+    dist.destroy_process_group()
+    return results
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_data_parallel_game(tmp_path, world) -> None:
-    port = _free_port()
-    outs = [str(tmp_path / f"rank{r}.json") for r in range(world)]
-    ctx = mp.spawn(_worker_entry, args=(world, port, str(tmp_path)), nprocs=world, join=False)
-    deadline = time.time() + 240
-    while not ctx.join(timeout=5) and time.time() < deadline:
-        pass
-    hung = [p for p in ctx.processes if p.is_alive()]
-    for p in hung:
-        p.kill()
-    assert not hung, "a rank hung (deadlock?)"
-    results = [json.loads(Path(o).read_text()) for o in outs]
+    results = spawn(functools.partial(_worker, str(tmp_path)), world, tmp_path)
     for r, res in enumerate(results):
-        assert "error" not in res, res.get("error")
         for name in ALGORITHMS:
             assert res[f"parity/{name}"] < 1e-10, (r, name, res[f"parity/{name}"])
         for name, expected in COLLECTIVES.items():
@@ -197,14 +173,6 @@ def test_data_parallel_game(tmp_path, world) -> None:
         assert res["resume/bit_exact"]
         assert "drifted apart" in res["drift"]
     _assert_buffers(results)
-
-
-def _worker_entry(rank: int, world: int, port: int, tmp: str) -> None:
-    _worker(rank, world, port, str(Path(tmp) / f"rank{rank}.json"))
-    # The results are written. Leave without the interpreter's teardown: under load,
-    # gloo's threads sometimes abort there ("terminate called without an active
-    # exception", SIGABRT) after everything finished.
-    os._exit(0)
 
 
 @pytest.mark.slow
@@ -222,7 +190,7 @@ def test_torchrun_mixture_gan_matches_one_process(tmp_path) -> None:
     env = {**os.environ, "PYTHONPATH": str(root)}
     common = ["--steps", "30", "--log-every", "10", "--no-progress", "--algorithm", "sga", "--hp", "update=adam"]
     two = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()),
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
          "-m", "experiments.mixture_gan", "--distributed", *common, "--out", str(tmp_path / "two")],
         cwd=root, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -251,7 +219,7 @@ def test_a_stopped_rank_makes_the_others_fail_within_the_timeout(tmp_path) -> No
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    port, timeout, out = _free_port(), 3, tmp_path / "run"
+    port, timeout, out = free_port(), 3, tmp_path / "run"
     cmd = [sys.executable, "-m", "experiments.mixture_gan", "--distributed", "--timeout", str(timeout)]
     cmd += ["--steps", "1000000", "--hidden", "16", "--batch", "32", "--log-every", "5", "--no-progress"]
     ranks = []

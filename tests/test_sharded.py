@@ -110,21 +110,27 @@ def _game(make_algorithm, sharded: bool, sets=None, **kwargs):
     return gameopt.Game(players, _losses(gen, disc), algorithm=make_algorithm(), **kwargs), gen, disc
 
 
+def _largest_difference(game, ref, modules, ref_modules, rank: int, world: int) -> float:
+    """The largest relative difference of the full parameters over the steps: ``game``
+    on this rank's part of each batch, ``ref`` (one process) on the whole batch."""
+    n = BATCH // world
+    errors = []
+    for x, z in _batches():
+        ref.step(x, z)
+        game.step(x[rank * n : (rank + 1) * n], z[rank * n : (rank + 1) * n])
+        errors.append(_relative([t for m in modules for t in _full(m)], [t for m in ref_modules for t in _full(m)]))
+    return max(errors)
+
+
 def _parity(rank: int, world: int, out: dict) -> None:
     """Every step of each algorithm: the sharded game's full parameters against one
     process on the whole batch."""
-    n = BATCH // world
     cases = [(name, make, None) for name, make in ALGORITHMS.items()]
     cases += [(name, make, sets) for name, (make, sets, _) in SETS.items()]
     for name, make, sets in cases:
         ref, ref_gen, ref_disc = _game(make, sharded=False, sets=sets)
         game, gen, disc = _game(make, sharded=True, sets=sets)
-        errors = []
-        for x, z in _batches():
-            ref.step(x, z)
-            game.step(x[rank * n : (rank + 1) * n], z[rank * n : (rank + 1) * n])
-            errors.append(_relative(_full(gen) + _full(disc), _full(ref_gen) + _full(ref_disc)))
-        out[f"parity/{name}"] = max(errors)
+        out[f"parity/{name}"] = _largest_difference(game, ref, (gen, disc), (ref_gen, ref_disc), rank, world)
         out[f"moved/{name}"] = _relative(_full(gen), _full(_modules()[0]))
         if sets is not None:  # the sets hold on the whole parameters
             out[f"inside/{name}"] = SETS[name][2](_full(disc))
@@ -250,7 +256,6 @@ def _hsdp(rank: int, world: int, out: dict) -> None:
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
-    n = BATCH // world
     for name in ("SimGD", "Extragradient+Adam"):
         ref, ref_gen, ref_disc = _game(ALGORITHMS[name], sharded=False)
         gen, disc = _modules()
@@ -260,12 +265,7 @@ def _hsdp(rank: int, world: int, out: dict) -> None:
                     fully_shard(layer, mesh=mesh)
             fully_shard(m, mesh=mesh)
         game = gameopt.Game([gen, disc], _losses(gen, disc), algorithm=ALGORITHMS[name]())
-        errors = []
-        for x, z in _batches():
-            ref.step(x, z)
-            game.step(x[rank * n : (rank + 1) * n], z[rank * n : (rank + 1) * n])
-            errors.append(_relative(_full(gen) + _full(disc), _full(ref_gen) + _full(ref_disc)))
-        out[f"hsdp/{name}"] = max(errors)
+        out[f"hsdp/{name}"] = _largest_difference(game, ref, (gen, disc), (ref_gen, ref_disc), rank, world)
 
 
 def _worker(rank: int, world: int, port: int) -> dict:
