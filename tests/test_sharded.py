@@ -174,7 +174,14 @@ def _refusals(rank: int, world: int, out: dict) -> None:
         _shard(gen, disc)
         return gameopt.Game([gen, gameopt.Player(disc, constraint=gameopt.constraints.Ball(1.0))], _losses(gen, disc))
 
-    cases.update(mixed=mixed, ball=ball)
+    def old_torch():  # a torch without public FSDP2 (before 2.6): a DTensor parameter is refused by name
+        tc.FSDP_PUBLIC = False
+        try:
+            return _game(ALGORITHMS["SimGD"], sharded=True)
+        finally:
+            tc.FSDP_PUBLIC = True
+
+    cases.update(mixed=mixed, ball=ball, old_torch=old_torch)
     for key, build in cases.items():
         try:
             build()
@@ -296,6 +303,7 @@ def test_sharded_players(tmp_path, world) -> None:
         assert "HSDP" in res["refused/process_group"]
         assert "are not" in res["refused/mixed"] and "fully_shard every player" in res["refused/mixed"]
         assert "Ball" in res["refused/ball"] and "shard" in res["refused/ball"]
+        assert "torch 2.6 or newer" in res["refused/old_torch"], res["refused/old_torch"]
         assert res["refused/unchanged"] == 0 and res["refused/then_trains"] > 1e-4, res
         assert res["refused/linearize"].startswith("RuntimeError") and "Jacobian products" in res["refused/linearize"]
         assert res["refused/deepcopy"].startswith("TypeError") and "checkpoint" in res["refused/deepcopy"]
