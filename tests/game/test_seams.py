@@ -104,9 +104,10 @@ def f(game, twin, games):
 
 # ------------------------------------------------------------ the slow tier
 def _launches(f: ast.FunctionDef) -> bool:
-    """Whether ``f`` launches a process: a subprocess, the interpreter again, spawned ranks."""
+    """Whether ``f`` launches a process: a subprocess, the interpreter again, spawned
+    ranks (``mp.spawn``, or ``spawn`` of tests/ranks.py)."""
     for n in ast.walk(f):
-        if isinstance(n, ast.Name) and n.id in ("subprocess", "multiprocessing"):
+        if isinstance(n, ast.Name) and n.id in ("subprocess", "multiprocessing", "spawn"):
             return True
         if isinstance(n, ast.Attribute) and ast.unparse(n) in ("sys.executable", "mp.spawn"):
             return True
@@ -115,6 +116,16 @@ def _launches(f: ast.FunctionDef) -> bool:
 
 def _is_slow(node: ast.FunctionDef) -> bool:
     return any("mark.slow" in ast.unparse(d) for d in node.decorator_list)
+
+
+def _module_slow(tree: ast.Module) -> bool:
+    """The module marks every test slow (``pytestmark``, a mark or a list of them)."""
+    return any(
+        isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)
+        and "mark.slow" in ast.unparse(n.value)
+        for n in tree.body
+    )
 
 
 def unmarked_launchers(source: str) -> list[str]:
@@ -129,6 +140,8 @@ def unmarked_launchers(source: str) -> list[str]:
     launchers = {name for name, f in functions.items() if _launches(f)}
     while grown := {name for name in functions if calls[name] & launchers} - launchers:  # helpers' callers
         launchers |= grown
+    if _module_slow(tree):
+        return []
     return [n for n in sorted(launchers) if n.startswith("test_") and not _is_slow(functions[n])]
 
 
@@ -162,6 +175,9 @@ def test_in_process():
     assert True
 """
     assert unmarked_launchers(source) == ["test_direct", "test_through_a_helper"]
+    ranks = "from ranks import spawn\n\ndef test_ranks(tmp_path):\n    spawn(print, 2, tmp_path)\n"
+    assert unmarked_launchers(ranks) == ["test_ranks"]
+    assert unmarked_launchers("import pytest\npytestmark = [pytest.mark.slow]\n" + ranks) == []
 
 
 def test_the_testing_seam_is_library_code_without_pytest() -> None:
