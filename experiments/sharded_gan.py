@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 save(setup, args.out, step)
         if rank == 0:
             print(f"{args.algorithm} on {world} rank(s), {args.steps} steps: {time.perf_counter() - t0:.1f} s")
+        dist.barrier()  # every rank done before any closes its connections (gloo may abort a rank otherwise)
     finally:
         dist.destroy_process_group()
     return 0
