@@ -17,6 +17,7 @@ same dicts since torch 1.0, and every torch version above runs the suite.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 import os
@@ -365,6 +366,7 @@ def make_dual(primal: Tensor, tangent: Tensor) -> Tensor:
 FSDP_PUBLIC: bool = TORCH_VERSION >= (2, 6)
 
 
+@functools.cache
 def dtensor_type() -> type | None:
     """``torch.distributed.tensor.DTensor`` (public since 2.5; ``torch.distributed._tensor``
     on 2.4, so that a sharded parameter is refused there by name), or None."""

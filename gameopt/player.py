@@ -295,7 +295,7 @@ class Player:
                 f"player {self.name!r}: {type(whole[0]).__name__} constrains a whole parameter, which a rank holds "
                 "only a shard of: sharded players take elementwise sets (Box, NonNegative)"
             )
-        fsdp = {id(p): fp for p, fp in zip(params, fsdp_params_of(self.name, modules, params))}
+        fsdp = {id(p): fp for p, fp in zip(params, fsdp_params_of(self.name, self.module, params))}
         return tuple(ShardedBuffer(g, [fsdp[id(p)] for p in g], modules, owner=self) for g in groups.values())
 
     def _snapshot(self, modules: list[nn.Module]) -> None:

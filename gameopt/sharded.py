@@ -47,16 +47,16 @@ def is_sharded(p: Tensor) -> bool:
     return dtensor is not None and isinstance(p, dtensor)
 
 
-def fsdp_params_of(name: str, modules: Sequence[nn.Module], params: Sequence[Tensor]) -> list[Any]:
-    """The ``FSDPParam`` of each of ``params`` (all sharded), in order; refuses
-    ``DTensor`` parameters that FSDP2 did not shard (tensor parallelism) and torches
-    without a public FSDP2."""
+def fsdp_params_of(name: str, module: nn.Module, params: Sequence[Tensor]) -> list[Any]:
+    """The ``FSDPParam`` of each of ``params`` (all sharded, of ``module`` and its
+    submodules), in order; refuses ``DTensor`` parameters that FSDP2 did not shard
+    (tensor parallelism) and torches without a public FSDP2."""
     if not tc.FSDP_PUBLIC:
         raise ValueError(
             f"player {name!r} has DTensor (sharded) parameters: gameopt's sharded players need torch 2.6 or newer "
             f"(public torch.distributed.fsdp.fully_shard), this is torch {torch.__version__}"
         )
-    by_param = {id(fp.sharded_param): fp for m in modules[:1] for fp in tc.fsdp_params(m)}
+    by_param = {id(fp.sharded_param): fp for fp in tc.fsdp_params(module)}
     missing = [k for k, p in enumerate(params) if id(p) not in by_param]
     if missing:
         raise ValueError(
