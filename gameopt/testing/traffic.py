@@ -1,9 +1,11 @@
 """A step's launches and memory traffic, counted exactly (no timing).
 
 Every ATen op that a call runs, backward included, passes through a
-``TorchDispatchMode``. Views (``func.is_view``) cost nothing and are not counted.
+``TorchDispatchMode``. Views (``func.is_view``) and allocations (``empty_like``:
+memory handed out, no element read or written) cost nothing and are not counted.
 Each other op counts as one launch, and adds the elements it reads and writes in
-tensors of at least ``big`` elements: with ``big`` a player's size, that is the
+tensors of at least ``big`` elements, each tensor once (``dot(x, x)`` reads ``x``
+once; an ``out=`` tensor is written once): with ``big`` a player's size, that is the
 step's memory traffic in units of N. Copies and host syncs are counted apart.
 
 The counts do not depend on the CPU's vector unit or on the machine's load, so a
@@ -30,6 +32,8 @@ from .. import _torch_compat as tc
 SYNCS = frozenset({"item", "_local_scalar_dense", "is_nonzero", "equal"})
 #: ops that copy a tensor (``cat``: a flat backup)
 COPIES = frozenset({"copy_", "clone", "_to_copy", "copy", "_foreach_copy_", "cat"})
+#: ops that only hand out memory: no kernel, no element read or written
+ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
 @dataclass
@@ -61,12 +65,11 @@ class Counting(tc.TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        if not func.is_view:
-            name = func.overloadpacket.__name__
-            ins, outs = _tensors((args, kwargs)), _tensors(out)
-            # an in-place op's output is its first input: count it once, as a write
-            outs = [t for t in outs if not any(t is i for i in ins)] if name.endswith("_") else outs
-            self.count.add(name, ins + outs)
+        name = func.overloadpacket.__name__
+        if not func.is_view and name not in ALLOCATIONS:
+            # each tensor once: an in-place op's output is its first input, an ``out=``
+            # tensor is also the result, and ``dot(x, x)`` reads ``x`` once
+            self.count.add(name, list({id(t): t for t in _tensors((args, kwargs, out))}.values()))
         return out
 
 
