@@ -127,6 +127,37 @@ def test_jacobian_products_through_a_conv_gan_on_the_device() -> None:
     assert all(not torch.equal(b, p.flat_param) for b, p in zip(before, game.players))
 
 
+@pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="the rule is for a CUDA device")
+def test_a_step_on_the_device_copies_each_players_gradient_in_one_fused_copy() -> None:
+    """No copy per tensor (a device-to-device memcpy each): ξ lands in the buffers with
+    one ``_foreach_copy_`` per player, with the bits ``autograd.grad`` gives."""
+    from gameopt.testing.traffic import count
+
+    torch.manual_seed(0)
+    # tensors large enough (IN_PLACE_MIN on average) that a CPU player would take ``.grad``
+    G = nn.Sequential(nn.Linear(8, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 64)).to(DEVICE)
+    D = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 1)).to(DEVICE)
+    x, z = torch.randn(32, 64, device=DEVICE), torch.randn(32, 8, device=DEVICE)
+
+    def gan_losses(G: nn.Module, D: nn.Module, x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        d_fake, d_real = D(G(z)), D(x)
+        return nn.functional.softplus(-d_fake).mean(), (
+            nn.functional.softplus(-d_real) + nn.functional.softplus(d_fake)
+        ).mean()
+
+    game = gameopt.Game([G, D], lambda: gan_losses(G, D, x, z), algorithm=gameopt.SimGD(1e-3))
+    with gameopt.debug.enabled_in(False):
+        c = count(game.step, big=1)
+    assert c.names.get("copy_", 0) == 0 and c.names.get("_foreach_copy_", 0) <= 2, c.names
+    params = list(G.parameters()) + list(D.parameters())
+    lg, ld = gan_losses(G, D, x, z)
+    grads = torch.autograd.grad(lg, params[: len(list(G.parameters()))], retain_graph=True)
+    grads += torch.autograd.grad(ld, params[len(grads) :])
+    want = [torch.add(p.detach(), g, alpha=-1e-3) for p, g in zip(params, grads)]
+    game.step()
+    assert all(torch.equal(p.detach(), w) for p, w in zip(params, want))
+
+
 @pytest.mark.parametrize("where", ["device to cpu", "cpu to device"])
 def test_a_checkpoint_moves_between_the_device_and_the_cpu(where) -> None:
     """As torch.optim does: each state tensor goes to the device of the parameter it

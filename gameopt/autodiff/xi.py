@@ -1,11 +1,15 @@
 """First-order ξ = (∇₁f₁, …, ∇ₙfₙ) into the players' fused gradient buffers.
 
 Each player's backward is pruned to its own parameters (no ``create_graph``). A
-player with large tensors gets its gradient through ``.grad``, one tensor at a
+CPU player with large tensors gets its gradient through ``.grad``, one tensor at a
 time (gameopt's relinking hook copies each into the buffer, so the player's
 gradient is never alive whole beside it: :func:`through_grad`); a player with
 small ones has it captured with ``autograd.grad`` and copied with one
-``_foreach_copy_`` (cheaper per tensor). Both write the same bits.
+``_foreach_copy_`` (cheaper per tensor). So has a player on a CUDA device up to
+:data:`DEVICE_CAPTURE_MAX` elements: there a copy per tensor is a launch (a
+device-to-device memcpy) and a Python hook each, where ``_foreach_copy_`` is one
+fused kernel for many tensors, and holding the player's gradient whole is what the
+bare loop's ``autograd.grad`` does. Both paths write the same bits.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ COPY_BATCH = 1 << 18
 #: its gradient through ``.grad`` (one tensor alive at a time; a little more per
 #: tensor), a smaller one has it captured and copied (cheaper per tensor)
 IN_PLACE_MIN = 1 << 12
+#: a player off the CPU with at most this many elements has its gradient captured and
+#: copied whatever the size of its tensors (one fused copy, no launch per tensor); a
+#: larger one goes through ``.grad`` (its gradient never alive whole beside the buffer)
+DEVICE_CAPTURE_MAX = 1 << 27
 
 
 def vector_field(
@@ -61,7 +69,7 @@ def vector_field(
                 with torch.no_grad():
                     tc.foreach_div_(problem.grad_views[i], scale)
             continue
-        if problem.params[i] and problem.sizes[i] >= IN_PLACE_MIN * len(problem.params[i]) and _in_place(problem, i):
+        if _through_grad(problem, i):
             through_grad(problem, i, loss, retain_graph=k < last)
             if scale != 1.0:
                 with torch.no_grad():
@@ -138,6 +146,17 @@ def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
     tc.foreach_copy_(dst, src)
     if scale != 1.0:
         tc.foreach_div_(dst, scale)
+
+
+def _through_grad(problem: Problem, i: int) -> bool:
+    """Whether player i gets its gradient through ``.grad`` (:func:`through_grad`) rather
+    than captured and copied: its tensors large (:data:`IN_PLACE_MIN` on average), on
+    the CPU or too many elements to hold whole on a device (:data:`DEVICE_CAPTURE_MAX`),
+    and its ``.grad`` links as the game left them (:func:`_in_place`)."""
+    params, size = problem.params[i], problem.sizes[i]
+    if not params or size < IN_PLACE_MIN * len(params):
+        return False
+    return (problem.on_cpu[i] or size > DEVICE_CAPTURE_MAX) and _in_place(problem, i)
 
 
 def _in_place(problem: Problem, i: int) -> bool:

@@ -254,6 +254,28 @@ def test_first_order_through_grad_writes_the_bits_of_the_captured_copy(monkeypat
     assert torch.equal(_bits(fields[0][0]), _bits(fields[1][0]))
 
 
+def test_a_device_player_is_captured_whole_unless_too_large_to_hold(monkeypatch) -> None:
+    """On a CUDA device a copy per tensor is a launch and a hook each: a player there
+    has its gradient captured and copied with one ``_foreach_copy_``, up to
+    ``DEVICE_CAPTURE_MAX`` elements; a CPU player with large tensors, or a larger
+    device player, goes through ``.grad`` (its gradient never whole beside the buffer)."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(first_order_xi, "_in_place", lambda problem, i: True)
+    big = first_order_xi.IN_PLACE_MIN
+    cap = first_order_xi.DEVICE_CAPTURE_MAX
+
+    def through(size: int, tensors: int, on_cpu: bool) -> bool:
+        problem = SimpleNamespace(params=[[None] * tensors], sizes=[size], on_cpu=[on_cpu])
+        return first_order_xi._through_grad(problem, 0)
+
+    assert through(4 * big, 4, on_cpu=True)
+    assert not through(4 * big, 4, on_cpu=False)
+    assert not through(cap, 4, on_cpu=False)
+    assert through(cap + 1, 4, on_cpu=False)
+    assert not through(4 * big - 1, 4, on_cpu=True) and not through(0, 0, on_cpu=True)
+
+
 def test_first_order_through_grad_steps_match_bit_for_bit(monkeypatch) -> None:
     results = []
     for on in (False, True):
