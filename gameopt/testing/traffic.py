@@ -4,9 +4,12 @@ Every ATen op that a call runs, backward included, passes through a
 ``TorchDispatchMode``. Views (``func.is_view``) and allocations (``empty_like``:
 memory handed out, no element read or written) cost nothing and are not counted.
 Each other op counts as one launch, and adds the elements it reads and writes in
-tensors of at least ``big`` elements, each tensor once (``dot(x, x)`` reads ``x``
-once; an ``out=`` tensor is written once): with ``big`` a player's size, that is the
-step's memory traffic in units of N. Copies and host syncs are counted apart.
+tensors of at least ``big`` elements: each input it reads once (``dot(x, x)`` reads
+``x`` once), and each tensor it writes once more. An in-place op reads and writes its
+first argument (``w.add_(d)``: 3 passes, as ``torch.add(w, d, out=v)``), except
+the ops that only write it (``copy_``, ``fill_``, ``zero_``); an ``out=`` tensor is
+written, and read only if it is an input too. With ``big`` a player's size, that is
+the step's memory traffic in units of N. Copies and host syncs are counted apart.
 
 The counts do not depend on the CPU's vector unit or on the machine's load, so a
 test may assert them (``tests/game/test_step_traffic.py``), and
@@ -34,6 +37,8 @@ SYNCS = frozenset({"item", "_local_scalar_dense", "is_nonzero", "equal"})
 COPIES = frozenset({"copy_", "clone", "_to_copy", "copy", "_foreach_copy_", "cat"})
 #: ops that only hand out memory: no kernel, no element read or written
 ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+#: in-place ops that write their first argument without reading it
+WRITE_ONLY = frozenset({"copy_", "_foreach_copy_", "fill_", "_foreach_fill_", "zero_", "_foreach_zero_"})
 
 
 @dataclass
@@ -48,12 +53,13 @@ class Count:
     touched: int = 0
     names: dict[str, int] = field(default_factory=dict)
 
-    def add(self, name: str, tensors: list[Tensor]) -> None:
+    def add(self, name: str, reads: list[Tensor], writes: list[Tensor]) -> None:
+        """One launch of ``name``, which reads ``reads`` and writes ``writes``."""
         self.ops += 1
         self.names[name] = self.names.get(name, 0) + 1
         self.copies += name in COPIES
         self.syncs += name in SYNCS
-        self.touched += sum(t.numel() for t in tensors if t.numel() >= self.big)
+        self.touched += sum(t.numel() for t in reads + writes if t.numel() >= self.big)
 
 
 class Counting(tc.TorchDispatchMode):
@@ -64,12 +70,17 @@ class Counting(tc.TorchDispatchMode):
         self.count = count
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
         if not func.is_view and name not in ALLOCATIONS:
-            # each tensor once: an in-place op's output is its first input, an ``out=``
-            # tensor is also the result, and ``dot(x, x)`` reads ``x`` once
-            self.count.add(name, list({id(t): t for t in _tensors((args, kwargs, out))}.values()))
+            inputs = {k: v for k, v in kwargs.items() if k != "out"}
+            if name.endswith("_") and args:  # in place: the first argument is written
+                writes = _tensors(args[0])
+                reads = _tensors((args[1:], inputs)) if name in WRITE_ONLY else _tensors((args, inputs))
+            else:
+                writes, reads = _tensors(kwargs.get("out", out)), _tensors((args, inputs))
+            self.count.add(name, _distinct(reads), _distinct(writes))
         return out
 
 
@@ -82,6 +93,11 @@ def _tensors(tree: Any) -> list[Tensor]:
     if isinstance(tree, (list, tuple)):
         return [t for item in tree for t in _tensors(item)]
     return []
+
+
+def _distinct(tensors: list[Tensor]) -> list[Tensor]:
+    """Each tensor once (an op that takes one tensor twice reads it once)."""
+    return list({id(t): t for t in tensors}.values())
 
 
 def count(call: Callable[[], object], big: int, warmup: int = 2) -> Count:

@@ -23,7 +23,7 @@ N = 4096  # parameters per player: far above every other tensor of the bilinear 
 BOUNDS = {
     "SimGD": (6, 2, 1),
     "Extragradient": (12, 6, 2),
-    "SimGD + Adam": (16, 2, 3),
+    "SimGD + Adam": (14, 2, 3),
 }
 #: BatchNorm GAN step: (launches beyond the bare loop's, copies)
 GAN_BOUNDS = {"SimGD": (4, 2), "Extragradient": (9, 7)}
@@ -50,7 +50,7 @@ def test_a_steps_memory_traffic_copies_and_syncs_stay_within_todays_counts(name:
     assert mine.syncs <= syncs, mine.names
 
 
-@pytest.mark.xfail(strict=True, reason="issue #35: a step's traffic is 1.33x to 1.47x the bare loop's today")
+@pytest.mark.xfail(strict=True, reason="issue #35: a step's traffic is 1.30x to 1.38x the bare loop's today")
 @pytest.mark.parametrize("name", list(BOUNDS))
 def test_a_steps_memory_traffic_is_the_bare_loops_within_15_percent(name: str) -> None:
     mine, bare = _pair(name)
@@ -71,20 +71,24 @@ def test_a_batch_norm_gan_step_makes_no_launch_or_copy_per_tensor(name: str) -> 
 
 def test_the_counter_sees_a_pass_over_memory() -> None:
     """The bounds above can fail: one more pass over a parameter-sized tensor is
-    counted (an in-place op's tensor once; an out-of-place one's input and output)."""
+    counted, as the elements it reads and writes (an in-place op reads and writes its
+    tensor; an out-of-place one reads its input and writes its output)."""
     import torch
 
-    x = torch.ones(N)
+    x, y, out = torch.ones(N), torch.ones(N), torch.empty(N)
     one = count(lambda: x.mul_(1.0), N, warmup=0)
     two = count(lambda: (x.mul_(1.0), x.add(1.0)), N, warmup=0)
-    assert (one.ops, one.touched, one.copies) == (1, N, 0)
-    assert (two.ops, two.touched) == (2, 3 * N)
+    assert (one.ops, one.touched, one.copies) == (1, 2 * N, 0)
+    assert (two.ops, two.touched) == (2, 4 * N)
+    assert count(lambda: x.add_(y), N, warmup=0).touched == count(lambda: torch.add(x, y, out=out), N, 0).touched
+    assert count(lambda: torch._foreach_add_([x], [y]), N, warmup=0).touched == 3 * N
+    copied = count(lambda: out.copy_(x), N, warmup=0)
+    assert (copied.touched, copied.copies) == (2 * N, 1)
     assert count(lambda: x.clone(), N, warmup=0).copies == 1
-    # each tensor once per op; an allocation touches nothing
+    # a tensor taken twice is read once; an out= tensor that is an input is read too
     assert count(lambda: x.dot(x), N, warmup=0).touched == N
-    out = torch.empty(N)
-    assert count(lambda: torch.mul(x, 2.0, out=out), N, warmup=0).touched == 2 * N
-    assert count(lambda: x.addcmul_(x, x), N, warmup=0).touched == N
-    nothing = count(lambda: torch.empty_like(x), N, warmup=0)
+    assert count(lambda: x.addcmul_(y, y), N, warmup=0).touched == 3 * N
+    assert count(lambda: torch.div(x, out, out=out), N, warmup=0).touched == 3 * N
+    nothing = count(lambda: torch.empty_like(x), N, warmup=0)  # an allocation: no launch, no pass
     assert (nothing.ops, nothing.touched) == (0, 0)
     assert count(lambda: x.sum().item(), N, warmup=0).syncs == 1
