@@ -8,6 +8,16 @@
   forward-over-reverse Jξ, ``second_order.bare_sga``), and the peak memory of a
   warm step above the memory before it (``torch.cuda.max_memory_allocated``; on
   the CPU the profiler's allocations) in parameter vectors;
+* bare hand-written rows beside the gameopt ones (``benchmarks/bare.py``): SimGD
+  with ``torch._foreach_add_``, Extra-Adam with ``torch.optim.Adam(foreach=True)``,
+  consensus with one more reverse pass, and on CUDA the bare SimGD step captured
+  whole in a CUDA graph (what a captured step is measured against);
+* per-step counts of a step's kernel launches, device-to-device copies and host
+  syncs, gameopt beside the bare step (on CUDA from the profiler and
+  ``torch.cuda.set_sync_debug_mode``; on the CPU, ATen ops from
+  ``gameopt.testing.traffic``);
+* bilinear games of 10^8 and 10^9 parameters per player (10^6 and 10^7 with
+  ``--quick`` or on the CPU): a gameopt SimGD step against the bare one;
 * the bandwidth test: 10^8 parameters in a Player, the fused axpy and a gameopt
   SimGD step's vector math against the single-tensor ``add_``, in GB/s.
 
@@ -26,7 +36,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import gameopt
+from gameopt.testing.traffic import count
 
+from . import bare as bare_steps
 from ._common import Result, base_parser, calibrate, compare, print_table, save_csv
 from .second_order import bare_sga, peak_vectors
 from .step_cost import STYLES, hand_fuse
@@ -143,6 +155,16 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
             ops.axpy_(params, -1e-4, g2)
 
     cands["ref: Extragradient, foreach"] = obvious_eg
+    refs = {
+        "ref: SimGD, foreach": bare_steps.simgd(*fresh(), losses_of, x, z, 1e-4),
+        "ref: Extra-Adam, torch.optim.Adam foreach": bare_steps.extra_adam(
+            *fresh(), losses_of, x, z, 1e-4, (0.5, 0.999)
+        ),
+        "ref: Consensus, bare": bare_steps.consensus(*fresh(), losses_of, x, z, 1e-4, 0.1),
+    }
+    cands |= refs
+    if device.type == "cuda":  # the bare step captured whole: what a captured gameopt step must beat
+        cands["ref: SimGD, foreach, captured"] = bare_steps.captured(bare_steps.simgd(*fresh(), losses_of, x, z, 1e-4))
     bare = {  # SGA in plain PyTorch (benchmarks.second_order.bare_sga)
         "ref: SGA bare, double-vjp": bare_sga(*fresh(), losses_of, x, z),
         "ref: SGA bare, forward-over-reverse": bare_sga(*fresh(), losses_of, x, z, forward=True),
@@ -179,13 +201,94 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
         r = compare(desc, name, "plain xi", base, fn, rounds=rounds, batch=b)
         print(f"  {name:34s} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)", flush=True)
         results.append(r)
-    notes = []
+    notes = ["  per step: kernel launches, device-to-device copies, host syncs (gameopt / bare)"]
+    pairs = {
+        "SimGD": "ref: SimGD, foreach",
+        "Extragradient": "ref: Extragradient, foreach",
+        "Extra-Adam": "ref: Extra-Adam, torch.optim.Adam foreach",
+    }
+    for name, ref in pairs.items():
+        mine, theirs = step_counts(cands[f"gameopt {name}"], device), step_counts(cands[ref], device)
+        cells = ", ".join(f"{k} {mine[k]} / {theirs[k]}" for k in mine)
+        notes.append(f"  {name:36s} {cells}")
     steps = {name: lambda game=game: game.step(x, z) for name, game in games.items()} | bare
     for name, step in steps.items():
         step()
         vectors = peak(step, device, n_params)
         notes.append(f"  {name:36s} peak of a warm step above the memory before it: {vectors:5.2f} vectors")
     return results, notes
+
+
+def step_counts(step: Callable[[], object], device: torch.device) -> dict[str, int]:
+    """One warm call of ``step``: its kernel launches, device-to-device copies and host
+    syncs. On CUDA: the CUDA runtime's launch calls and the device's DtoD memcpys in
+    the profiler's trace, and the warnings of ``torch.cuda.set_sync_debug_mode("warn")``
+    (one per synchronizing call). On the CPU: the ATen ops, copies and syncs that
+    :mod:`gameopt.testing.traffic` counts."""
+    if device.type != "cuda":
+        c = count(step, big=1, warmup=1)
+        return {"launches": c.ops, "copies": c.copies, "syncs": c.syncs}
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize(device)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = sum("synchroniz" in str(w.message) for w in seen)
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize(device)
+    names = [e.name for e in prof.events()]
+    launches = sum(n.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch")) for n in names)
+    copies = sum("DtoD" in n for n in names)
+    return {"launches": launches, "copies": copies, "syncs": syncs}
+
+
+def bilinear_table(device: torch.device, quick: bool, rounds: int, target: float) -> list[Result]:
+    """f(x, y) = Σ xᵢyᵢ with n parameters per player: a gameopt SimGD step against the
+    bare one (``autograd.grad`` per player, ``torch._foreach_add_``), where a step is
+    all memory traffic."""
+    sizes = [10**6, 10**7] if quick or device.type != "cuda" else [10**8, 10**9]
+    results = []
+    for n in sizes:
+        torch.manual_seed(0)
+        x, y = (nn.Parameter(torch.randn(n, device=device) * 0.01) for _ in range(2))
+        xb, yb = (nn.Parameter(p.detach().clone()) for p in (x, y))
+
+        def losses(x: Tensor = x, y: Tensor = y) -> tuple[Tensor, Tensor]:
+            f = (x * y).sum()
+            return f, -f
+
+        game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=gameopt.SimGD(1e-9))
+
+        def bare(xb: Tensor = xb, yb: Tensor = yb) -> None:
+            f = (xb * yb).sum()
+            gs = torch.autograd.grad(f, [xb], retain_graph=True) + torch.autograd.grad(-f, [yb])
+            with torch.no_grad():
+                torch._foreach_add_([xb, yb], list(gs), alpha=-1e-9)
+
+        base, fn = synced(bare, device), synced(game.step, device)
+        b = calibrate(base, fn, target_s=target)
+        r = compare(
+            f"bilinear, {n:.0e} params per player", "gameopt SimGD", "bare SimGD", base, fn, rounds=rounds, batch=b
+        )
+        print(
+            f"  bilinear {n:.0e}: gameopt SimGD ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)",
+            flush=True,
+        )
+        results.append(r)
+        del game, x, y, xb, yb
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return results
 
 
 def peak(step: Callable[[], object], device: torch.device, n_params: int) -> float:
@@ -235,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     rounds = args.rounds or (4 if args.quick else 10)
     target = 0.01 if args.quick else 0.05
     results, notes = dcgan_table(device, args.quick, rounds, target)
+    results += bilinear_table(device, args.quick, rounds, target)
     results += bandwidth(device, args.quick, rounds, target)
     print_table(results, f"step time / plain ξ on {name} (interleaved, median of per-round ratios)")
     for line in notes:
