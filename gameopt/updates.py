@@ -144,6 +144,10 @@ class UpdateRule(Generic[RS]):
       them) and hands the groups' values to the rule before each step; :meth:`check`
       checks such a value.
     * ``nonnegative``: state entries checked non-negative when a checkpoint loads.
+    * ``implied``: entries of the new state that are finite whenever the direction
+      ``apply`` returned and the other entries are; a step's check reads them no
+      more (one pass over memory fewer: Adam's ``m``). A class that defines its own
+      ``apply`` declares it again (else it is empty for that class).
     * ``counts``: the step counts of its state, each with the joint vector whose
       elements it counts (Adam's ``{"t": "m"}``). A parameter that joins a running
       game starts its own count from 0, as under torch.optim: the count becomes one
@@ -168,6 +172,8 @@ class UpdateRule(Generic[RS]):
     schedulable: tuple[str, ...] = ()
     #: state entries that hold second moments (checked non-negative when a checkpoint loads)
     nonnegative: tuple[str, ...] = ()
+    #: new-state entries finite whenever the direction and the other entries are
+    implied: tuple[str, ...] = ()
     #: the step counts of the state, each with the joint vector whose elements it counts
     counts: ClassVar[Mapping[str, str]] = {}
 
@@ -274,6 +280,8 @@ class UpdateRule(Generic[RS]):
         super().__init_subclass__(**kwargs)
         if "apply" in vars(cls) and "memory_flags" not in vars(cls):
             cls.memory_flags = False  # a new apply declares the flags it takes
+        if ("apply" in vars(cls) or "_direction" in vars(cls)) and "implied" not in vars(cls):
+            cls.implied = ()  # a new formula declares what its direction implies
 
 
 def apply(
@@ -390,6 +398,9 @@ class Adam(UpdateRule[AdamState]):
     memory_flags = True
     schedulable = ("betas",)
     nonnegative = ("v",)
+    # out = c·m/(√v + ε) with c > 0: where v is finite (and ≥ 0), a non-finite m makes
+    # out non-finite, so a finite out and v leave m finite (a non-finite d reaches m)
+    implied = ("m",)
     counts = {"t": "m"}
     betas: Setting[tuple[float, float]] = Setting.schedulable()
     eps = Setting.number(low=0.0)

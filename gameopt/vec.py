@@ -212,14 +212,20 @@ class Scaled:
         factors: one factor per player.
         into: where :meth:`~gameopt.JointLayout.resolve` may write the step
             (the direction itself when it is scratch); ``None``: a new vector.
+        implied: tensors of the new state that are finite whenever the direction
+            and the rest of the new state are (an update rule's ``implied``
+            entries): the step's check does not read them.
     """
 
-    __slots__ = ("direction", "factors", "into")
+    __slots__ = ("direction", "factors", "into", "implied")
 
-    def __init__(self, direction: Vec, factors: Sequence[float], into: Vec | None = None) -> None:
+    def __init__(
+        self, direction: Vec, factors: Sequence[float], into: Vec | None = None, implied: Sequence[Tensor] = ()
+    ) -> None:
         self.direction = direction
         self.factors = [float(f) for f in factors]
         self.into = into
+        self.implied = tuple(implied)
 
     def __repr__(self) -> str:
         return f"Scaled(factors={self.factors})"

@@ -921,8 +921,8 @@ def _check_update(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    vec = delta.direction if isinstance(delta, Scaled) else delta
-    bounds = finite_bounds(_unchecked(vec, new_tensors, old_state))  # the step's first
+    vec, implied = (delta.direction, delta.implied) if isinstance(delta, Scaled) else (delta, ())
+    bounds = finite_bounds(_unchecked(vec, new_tensors, old_state, implied))  # the step's first
     if bounds is None:
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
     if isinstance(delta, Scaled):  # max|factor · d| <= max|factor| · max|d|, up to one rounding
@@ -951,14 +951,18 @@ _NO_PRODUCTS = (
 _PRODUCT_MARGIN = 1 + 2.0**-40  # a float64 product's rounding, with room
 
 
-def _unchecked(delta: Vec, new_tensors: Sequence[Tensor], old_state: Any) -> Sequence[Tensor]:
+def _unchecked(
+    delta: Vec, new_tensors: Sequence[Tensor], old_state: Any, implied: Sequence[Tensor] = ()
+) -> Sequence[Tensor]:
     """The tensors of a step to check for finiteness, each once: the delta's first
     (all of them: their bounds are read too), then the new state's tensors, less what
-    the delta or the old state already held (checked when committed)."""
+    the delta or the old state already held (checked when committed) and what is
+    finite whenever the rest is (``implied``: see :class:`~gameopt.vec.Scaled`)."""
     if not new_tensors:
         return delta
     seen = set(map(id, tensors_in(old_state)))
     seen.update(map(id, delta))
+    seen.update(map(id, implied))
     out = list(delta)
     for t in new_tensors:
         if id(t) not in seen:

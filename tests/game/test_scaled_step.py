@@ -123,3 +123,44 @@ def test_wrappers_move_from_their_bases_scaled_step() -> None:
             game.step()
     torch.testing.assert_close(x1.detach(), x0.detach(), rtol=0, atol=1e-6)
     assert torch.equal(x2.detach(), x0.detach()) and torch.equal(y2.detach(), y0.detach())
+
+
+def test_adams_first_moment_is_implied_by_its_direction_and_not_read_again() -> None:
+    """Adam declares m implied (a finite direction and v leave m finite): the step's
+    check reads the direction and v, not m; a subclass with its own formula does not
+    inherit the claim."""
+    game, _, _ = _game(0.01, algorithm=gameopt.SimGD(0.01, update=gameopt.Adam()))
+    step, state = game.algorithm.update(oracle(game), game.algorithm_state)
+    assert isinstance(step, Scaled)
+    assert [id(t) for t in step.implied] == [id(t) for t in state["rule"]["m"]]
+    assert gameopt.Adam.implied == ("m",) and gameopt.RMSProp.implied == gameopt.Momentum.implied == ()
+
+    class OwnFormula(gameopt.Adam):
+        def apply(self, d, state, empty=None, scratch=False, own_state=False):
+            return super().apply(d, state, empty, scratch=scratch, own_state=own_state)
+
+    assert OwnFormula.implied == ()
+
+
+@pytest.mark.parametrize("where", ["v overflows", "d is not finite"])
+def test_adam_steps_whose_second_moment_or_gradient_is_not_finite_are_refused(where: str) -> None:
+    """m is not read by the check; what makes it non-finite is still refused: a
+    non-finite gradient (through the direction), and a gradient whose square
+    overflows v while the direction stays finite (m/√v = 0)."""
+    x = nn.Parameter(torch.ones(4))
+    y = nn.Parameter(torch.ones(4))
+    big = 1e30 if where == "v overflows" else float("inf")  # 1e30² overflows float32
+
+    def losses():
+        return big * x.sum() + (x * y).sum(), -(x * y).sum()
+
+    game = gameopt.Game(
+        [gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=gameopt.SimGD(0.1, update=gameopt.Adam())
+    )
+    if where == "v overflows":  # the direction alone would pass: m/√v is 0 where v is inf
+        step, _ = game.algorithm.update(oracle(game), game.algorithm_state)
+        assert torch.isfinite(step.direction[0]).all()
+    with pytest.raises(gameopt.NonFiniteError):
+        game.step()
+    assert torch.equal(x.detach(), torch.ones(4)) and torch.equal(y.detach(), torch.ones(4))
+    assert game.algorithm_state["rule"]["t"] == 0
