@@ -255,40 +255,41 @@ def step_counts(step: Callable[[], object], device: torch.device) -> dict[str, i
 def bilinear_table(device: torch.device, quick: bool, rounds: int, target: float) -> list[Result]:
     """f(x, y) = Σ xᵢyᵢ with n parameters per player: a gameopt SimGD step against the
     bare one (``autograd.grad`` per player, ``torch._foreach_add_``), where a step is
-    all memory traffic."""
+    all memory traffic. Each size's tensors are freed before the next is made."""
     sizes = [10**6, 10**7] if quick or device.type != "cuda" else [10**8, 10**9]
     results = []
     for n in sizes:
-        torch.manual_seed(0)
-        x, y = (nn.Parameter(torch.randn(n, device=device) * 0.01) for _ in range(2))
-        xb, yb = (nn.Parameter(p.detach().clone()) for p in (x, y))
-
-        def losses(x: Tensor = x, y: Tensor = y) -> tuple[Tensor, Tensor]:
-            f = (x * y).sum()
-            return f, -f
-
-        game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=gameopt.SimGD(1e-9))
-
-        def bare(xb: Tensor = xb, yb: Tensor = yb) -> None:
-            f = (xb * yb).sum()
-            gs = torch.autograd.grad(f, [xb], retain_graph=True) + torch.autograd.grad(-f, [yb])
-            with torch.no_grad():
-                torch._foreach_add_([xb, yb], list(gs), alpha=-1e-9)
-
-        base, fn = synced(bare, device), synced(game.step, device)
-        b = calibrate(base, fn, target_s=target)
-        r = compare(
-            f"bilinear, {n:.0e} params per player", "gameopt SimGD", "bare SimGD", base, fn, rounds=rounds, batch=b
-        )
-        print(
-            f"  bilinear {n:.0e}: gameopt SimGD ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)",
-            flush=True,
-        )
-        results.append(r)
-        del game, x, y, xb, yb
+        results.append(bilinear_row(device, n, rounds, target))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return results
+
+
+def bilinear_row(device: torch.device, n: int, rounds: int, target: float) -> Result:
+    torch.manual_seed(0)
+    x, y = (nn.Parameter(torch.randn(n, device=device) * 0.01) for _ in range(2))
+    xb, yb = (nn.Parameter(p.detach().clone()) for p in (x, y))
+
+    def losses() -> tuple[Tensor, Tensor]:
+        f = (x * y).sum()
+        return f, -f
+
+    game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=gameopt.SimGD(1e-9))
+
+    def bare() -> None:
+        f = (xb * yb).sum()
+        gs = torch.autograd.grad(f, [xb], retain_graph=True) + torch.autograd.grad(-f, [yb])
+        with torch.no_grad():
+            torch._foreach_add_([xb, yb], list(gs), alpha=-1e-9)
+
+    base, fn = synced(bare, device), synced(game.step, device)
+    b = calibrate(base, fn, target_s=target)
+    r = compare(f"bilinear, {n:.0e} params per player", "gameopt SimGD", "bare SimGD", base, fn, rounds=rounds, batch=b)
+    print(
+        f"  bilinear {n:.0e}: gameopt SimGD ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)",
+        flush=True,
+    )
+    return r
 
 
 def peak(step: Callable[[], object], device: torch.device, n_params: int) -> float:

@@ -14,7 +14,7 @@ mkdir -p "$out"
   timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_player.py -k "cuda or device"
   tests=$?
   echo "== benchmark table"
-  timeout 150 python3 -m benchmarks.gpu --out "$out"
+  timeout 170 python3 -m benchmarks.gpu --out "$out"
   bench=$?
   echo "tests exit $tests, benchmark exit $bench"
   [ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

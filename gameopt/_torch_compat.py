@@ -31,9 +31,15 @@ from torch import Tensor, nn
 from torch.autograd import forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode  # every ATen op, for counting (gameopt.testing.traffic)
 
+# ops' tags, read by the counter (gameopt.testing.traffic): a change of metadata in place, a random fill
+INPLACE_VIEW_TAG = getattr(torch.Tag, "inplace_view", None)
+SEEDED_TAG = getattr(torch.Tag, "nondeterministic_seeded", None)
+
 __all__ = [
     "FSDP_PUBLIC",
+    "INPLACE_VIEW_TAG",
     "PUBLIC_ONLY",
+    "SEEDED_TAG",
     "TORCH_VERSION",
     "TorchDispatchMode",
     "compiled_original",

@@ -5,8 +5,8 @@ CPU player with large tensors gets its gradient through ``.grad``, one tensor at
 time (gameopt's relinking hook copies each into the buffer, so the player's
 gradient is never alive whole beside it: :func:`through_grad`); a player with
 small ones has it captured with ``autograd.grad`` and copied with one
-``_foreach_copy_`` (cheaper per tensor). So has a player on a CUDA device up to
-:data:`DEVICE_CAPTURE_MAX` elements: there a copy per tensor is a launch (a
+``_foreach_copy_`` (cheaper per tensor). So has a player off the CPU (a CUDA
+device) of up to :data:`DEVICE_CAPTURE_MAX` elements: there a copy per tensor is a launch (a
 device-to-device memcpy) and a Python hook each, where ``_foreach_copy_`` is one
 fused kernel for many tensors, and holding the player's gradient whole is what the
 bare loop's ``autograd.grad`` does. Both paths write the same bits.
@@ -47,10 +47,11 @@ def vector_field(
     With ``scale`` (loss scaling), the losses are differentiated times ``scale`` and
     the gradients divided by it (an overflow shows as a non-finite ξ).
 
-    A player whose tensors are large (:data:`IN_PLACE_MIN`) gets its gradient into
-    its buffer through ``.grad`` (:func:`through_grad`); the others' gradients are
-    captured (``autograd.grad``) and copied into the buffers, several players at
-    once (:data:`COPY_BATCH`). The loop is the whole first-order step on a small
+    A CPU player whose tensors are large (:data:`IN_PLACE_MIN`), or a player off the
+    CPU larger than :data:`DEVICE_CAPTURE_MAX`, gets its gradient into its buffer
+    through ``.grad`` (:func:`through_grad`; see :func:`_through_grad`); the others'
+    gradients are captured (``autograd.grad``) and copied into the buffers, several
+    players at once (:data:`COPY_BATCH`). The loop is the whole first-order step on a small
     game, so the common capture (every gradient there, dense) is written out in it."""
     losses, metrics = split_losses(closure(), problem.names)
     if scale != 1.0:

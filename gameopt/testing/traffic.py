@@ -1,15 +1,17 @@
 """A step's launches and memory traffic, counted exactly (no timing).
 
 Every ATen op that a call runs, backward included, passes through a
-``TorchDispatchMode``. Views (``func.is_view``) and allocations (``empty_like``:
-memory handed out, no element read or written) cost nothing and are not counted.
-Each other op counts as one launch, and adds the elements it reads and writes in
-tensors of at least ``big`` elements: each input it reads once (``dot(x, x)`` reads
-``x`` once), and each tensor it writes once more. An in-place op reads and writes its
-first argument (``w.add_(d)``: 3 passes, as ``torch.add(w, d, out=v)``), except
-the ops that only write it (``copy_``, ``fill_``, ``zero_``); an ``out=`` tensor is
-written, and read only if it is an input too. With ``big`` a player's size, that is
-the step's memory traffic in units of N. Copies and host syncs are counted apart.
+``TorchDispatchMode``. Views (``func.is_view``, and ops that only change a tensor's
+metadata), allocations (``empty_like``: memory handed out, no element read or
+written) and the profiler's own records cost nothing and are not counted. Each
+other op counts as one launch, and adds the elements it reads and writes in tensors
+of at least ``big`` elements, as its schema declares them: each input it reads once
+(``dot(x, x)`` reads ``x`` once), each tensor it writes once more. An argument the
+op mutates is read and written (``w.add_(d)``: 3 passes, as ``torch.add(w, d,
+out=v)``), except an ``out=`` argument and the first argument of the ops that only
+write it (``copy_``, ``fill_``, ``zero_``, random fills); ``zeros_like(x)`` does not
+read ``x``. With ``big`` a player's size, that is the step's memory traffic in units
+of N. Copies and host syncs are counted apart.
 
 The counts do not depend on the CPU's vector unit or on the machine's load, so a
 test may assert them (``tests/game/test_step_traffic.py``), and
@@ -37,8 +39,11 @@ SYNCS = frozenset({"item", "_local_scalar_dense", "is_nonzero", "equal"})
 COPIES = frozenset({"copy_", "clone", "_to_copy", "copy", "_foreach_copy_", "cat"})
 #: ops that only hand out memory: no kernel, no element read or written
 ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
-#: in-place ops that write their first argument without reading it
+#: in-place ops that write their first argument without reading it (and random fills:
+#: in-place ops tagged ``nondeterministic_seeded``)
 WRITE_ONLY = frozenset({"copy_", "_foreach_copy_", "fill_", "_foreach_fill_", "zero_", "_foreach_zero_"})
+#: ops that change a tensor's metadata only (besides the views and those tagged ``inplace_view``)
+METADATA = frozenset({"_unsafe_view", "set_", "resize_"})
 
 
 @dataclass
@@ -73,15 +78,55 @@ class Counting(tc.TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
-        if not func.is_view and name not in ALLOCATIONS:
-            inputs = {k: v for k, v in kwargs.items() if k != "out"}
-            if name.endswith("_") and args:  # in place: the first argument is written
-                writes = _tensors(args[0])
-                reads = _tensors((args[1:], inputs)) if name in WRITE_ONLY else _tensors((args, inputs))
-            else:
-                writes, reads = _tensors(kwargs.get("out", out)), _tensors((args, inputs))
-            self.count.add(name, _distinct(reads), _distinct(writes))
+        if not _free(func, name):
+            reads, writes = _reads_and_writes(func, name, args, kwargs, out)
+            self.count.add(name, reads, writes)
         return out
+
+
+def _free(func: Any, name: str) -> bool:
+    """Whether ``func`` costs no launch: a view, an allocation, a change of metadata, or
+    the profiler's own record."""
+    tags = getattr(func, "tags", ())
+    return (
+        func.is_view
+        or name in ALLOCATIONS
+        or name in METADATA
+        or func.namespace == "profiler"
+        or tc.INPLACE_VIEW_TAG in tags
+    )
+
+
+def _reads_and_writes(
+    func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The distinct tensors ``func`` read and wrote, from its schema: a mutated argument
+    is read and written (an ``out=`` argument, or the first argument of a write-only
+    op, written only), a template (``zeros_like(x)``) not read, and every returned
+    tensor that is no argument written."""
+    write_only = name in WRITE_ONLY or tc.SEEDED_TAG in getattr(func, "tags", ())
+    template = name.endswith("_like") or name.startswith("new_")
+    reads: list[Tensor] = []
+    writes: list[Tensor] = []
+    for k, arg in enumerate(func._schema.arguments):
+        if k < len(args):
+            value = args[k]
+        elif arg.name in kwargs:
+            value = kwargs[arg.name]
+        else:
+            continue
+        tensors = _tensors(value)
+        if not tensors:
+            continue
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            writes += tensors
+            if not arg.kwarg_only and not (write_only and k == 0):  # mutated in place: read first
+                reads += tensors
+        elif not (template and k == 0):
+            reads += tensors
+    seen = {id(t) for t in reads + writes}
+    writes += [t for t in _tensors(out) if id(t) not in seen]
+    return _distinct(reads), _distinct(writes)
 
 
 def _tensors(tree: Any) -> list[Tensor]:

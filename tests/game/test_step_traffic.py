@@ -91,4 +91,10 @@ def test_the_counter_sees_a_pass_over_memory() -> None:
     assert count(lambda: torch.div(x, out, out=out), N, warmup=0).touched == 3 * N
     nothing = count(lambda: torch.empty_like(x), N, warmup=0)  # an allocation: no launch, no pass
     assert (nothing.ops, nothing.touched) == (0, 0)
+    # from the schema: outputs not named out=, a random fill, a template, a change of metadata
+    v, i = torch.empty(N), torch.empty(N, dtype=torch.long)
+    assert count(lambda: torch.sort(x, out=(v, i)), N, warmup=0).touched == 3 * N
+    assert count(lambda: out.normal_(), N, warmup=0).touched == N
+    assert count(lambda: torch.zeros_like(x), N, warmup=0).touched == N
+    assert count(lambda: out.resize_(N), N, warmup=0).ops == 0
     assert count(lambda: x.sum().item(), N, warmup=0).syncs == 1
