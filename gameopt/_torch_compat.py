@@ -31,10 +31,6 @@ from torch import Tensor, nn
 from torch.autograd import forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode  # every ATen op, for counting (gameopt.testing.traffic)
 
-# ops' tags, read by the counter (gameopt.testing.traffic): a change of metadata in place, a random fill
-INPLACE_VIEW_TAG = getattr(torch.Tag, "inplace_view", None)
-SEEDED_TAG = getattr(torch.Tag, "nondeterministic_seeded", None)
-
 __all__ = [
     "FSDP_PUBLIC",
     "INPLACE_VIEW_TAG",
@@ -68,6 +64,7 @@ __all__ = [
     "local_shard",
     "make_dual",
     "mkldnn_disabled",
+    "op_arguments",
     "optimizer_step_unobserved",
     "persistent_buffer_names",
     "place_shard",
@@ -448,3 +445,16 @@ def default_store() -> Any:
     from torch.distributed import distributed_c10d
 
     return distributed_c10d._get_default_store()
+
+
+# ops' tags, read by the counter (gameopt.testing.traffic): a change of metadata in place, a random fill
+INPLACE_VIEW_TAG = getattr(torch.Tag, "inplace_view", None)
+SEEDED_TAG = getattr(torch.Tag, "nondeterministic_seeded", None)
+
+
+def op_arguments(func: Any) -> list[Any]:
+    """An ATen op's (``OpOverload``) declared arguments, each with ``name``,
+    ``kwarg_only`` and ``alias_info`` (``is_write``: the op writes it), for the counter
+    (gameopt.testing.traffic). ``_schema``; checked on 2.13.0; no public
+    equivalent."""
+    return list(func._schema.arguments)

@@ -108,7 +108,7 @@ def _reads_and_writes(
     template = name.endswith("_like") or name.startswith("new_")
     reads: list[Tensor] = []
     writes: list[Tensor] = []
-    for k, arg in enumerate(func._schema.arguments):
+    for k, arg in enumerate(tc.op_arguments(func)):
         if k < len(args):
             value = args[k]
         elif arg.name in kwargs:
