@@ -23,6 +23,7 @@ shards, every --checkpoint-every steps (0: none) to --out/checkpoint-<step>/;
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -195,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
                 save(setup, args.out, step)
         if rank == 0:
             print(f"{args.algorithm} on {world} rank(s), {args.steps} steps: {time.perf_counter() - t0:.1f} s")
+        # the networks, the game and FSDP's state hold the process group's objects: let them
+        # go while the interpreter is whole, not in its finalization (where gloo's threads
+        # may be torn down unjoined: "terminate called without an active exception")
+        del setup
+        gc.collect()
         dist.barrier()  # every rank done before any closes its connections (gloo may abort a rank otherwise)
     finally:
         dist.destroy_process_group()

@@ -34,6 +34,11 @@ def _torchrun(*args: str, ranks: int = 2) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _said(res: subprocess.CompletedProcess) -> str:
+    """A failed run's output: how far it got (stdout) and why it stopped (stderr)."""
+    return f"stdout:\n{res.stdout[-1500:]}\nstderr:\n{res.stderr[-3000:]}"
+
+
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -55,7 +60,7 @@ def test_torchrun_sharded_gan_trains_checkpoints_and_resumes(tmp_path) -> None:
     out = tmp_path / "run"
     common = ["--hidden", "32", "--batch", "64", "--log-every", "10", "--checkpoint-every", "10", "--out", str(out)]
     first = _torchrun("--steps", "20", *common)
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == 0, _said(first)
     rows = _rows(out / "metrics.csv")
     assert [int(r["step"]) for r in rows] == [10, 20]
     _sane(rows)
@@ -63,7 +68,7 @@ def test_torchrun_sharded_gan_trains_checkpoints_and_resumes(tmp_path) -> None:
     assert (out / "latest").read_text() == "checkpoint-20"
     assert (out / "checkpoint-10" / ".metadata").is_file() and (out / "checkpoint-20" / ".metadata").is_file()
     second = _torchrun("--steps", "30", "--resume", *common)
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.returncode == 0, _said(second)
     rows = _rows(out / "metrics.csv")
     assert [int(r["step"]) for r in rows] == [10, 20, 30]  # continued after step 20, not from 0
     _sane(rows)
@@ -79,7 +84,7 @@ def test_sharded_benchmark_quick(tmp_path) -> None:
         [sys.executable, "-m", "benchmarks.distributed", "--sharded", "--quick", "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, _said(res)
     timing = _rows(tmp_path / "distributed_sharded.csv")
     assert [(r["algorithm"], r["ranks"]) for r in timing] == [("SimGD", "2")]
     assert float(timing[0]["max_rel_diff"]) == 0.0  # the same per-player gradients, the same SGD step
@@ -95,11 +100,11 @@ def test_resumed_sharded_gan_continues_as_one_run(tmp_path) -> None:
     """10 steps, a DCP checkpoint, --resume to 20: the metrics of an uninterrupted run of 20."""
     common = ["--hidden", "32", "--batch", "64", "--log-every", "10"]
     whole = _torchrun("--steps", "20", *common, "--out", str(tmp_path / "whole"))
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert whole.returncode == 0, _said(whole)
     parts = ["--checkpoint-every", "10", "--out", str(tmp_path / "parts")]
     for steps, more in (("10", []), ("20", ["--resume"])):
         res = _torchrun("--steps", steps, *common, *parts, *more)
-        assert res.returncode == 0, res.stderr[-3000:]
+        assert res.returncode == 0, _said(res)
     a, b = _rows(tmp_path / "whole" / "metrics.csv"), _rows(tmp_path / "parts" / "metrics.csv")
     for ra, rb in zip(a, b, strict=True):
         for key in ("step", "modes", "high_quality", "g_loss", "d_loss"):
