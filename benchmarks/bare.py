@@ -16,29 +16,35 @@ import torch
 from torch import Tensor, nn
 
 LossesOf = Callable[[nn.Module, nn.Module], Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]]
+Losses = Callable[[], tuple[Tensor, Tensor]]
 
 
-def _grads(G: nn.Module, D: nn.Module, losses_of: LossesOf, x: Tensor, z: Tensor) -> Callable[[], list[Tensor]]:
-    gp, dp = list(G.parameters()), list(D.parameters())
-    losses = losses_of(G, D)
-
-    def grads() -> list[Tensor]:
-        lg, ld = losses(x, z)
-        return list(torch.autograd.grad(lg, gp, retain_graph=True) + torch.autograd.grad(ld, dp))
-
-    return grads
+def xi(losses: Losses, first: list[Tensor], second: list[Tensor]) -> list[Tensor]:
+    """ξ as a user writes it: each player's gradient of its own loss."""
+    f, g = losses()
+    return [*torch.autograd.grad(f, first, retain_graph=True), *torch.autograd.grad(g, second)]
 
 
-def simgd(G: nn.Module, D: nn.Module, losses_of: LossesOf, x: Tensor, z: Tensor, lr: float) -> Callable[[], None]:
-    """w ← w − η ξ(w): one ``_foreach_add_``."""
-    params, grads = list(G.parameters()) + list(D.parameters()), _grads(G, D, losses_of, x, z)
+def simgd_of(losses: Losses, first: list[Tensor], second: list[Tensor], lr: float) -> Callable[[], None]:
+    """w ← w − η ξ(w) for the players' tensors ``first`` and ``second``: one ``_foreach_add_``."""
+    params = first + second
 
     def step() -> None:
-        gs = grads()
+        gs = xi(losses, first, second)
         with torch.no_grad():
             torch._foreach_add_(params, gs, alpha=-lr)
 
     return step
+
+
+def _batch(G: nn.Module, D: nn.Module, losses_of: LossesOf, x: Tensor, z: Tensor) -> Losses:
+    losses = losses_of(G, D)
+    return lambda: losses(x, z)
+
+
+def simgd(G: nn.Module, D: nn.Module, losses_of: LossesOf, x: Tensor, z: Tensor, lr: float) -> Callable[[], None]:
+    """:func:`simgd_of` for the pair (G, D) on the batch (x, z)."""
+    return simgd_of(_batch(G, D, losses_of, x, z), list(G.parameters()), list(D.parameters()), lr)
 
 
 def extra_adam(
@@ -54,18 +60,18 @@ def extra_adam(
     """Extra-Adam (Gidel et al. 2019) with ``torch.optim.Adam(foreach=True)``: an Adam
     step to the extrapolated point, ξ there, back to the start (one fused copy), and an
     Adam step with that ξ; both steps advance the moments, as gameopt's does."""
-    params, grads = list(G.parameters()), _grads(G, D, losses_of, x, z)
-    params += list(D.parameters())
+    first, second, losses = list(G.parameters()), list(D.parameters()), _batch(G, D, losses_of, x, z)
+    params = first + second
     opt = torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, foreach=True)
     saved = [p.detach().clone() for p in params]
 
     def step() -> None:
         with torch.no_grad():
             torch._foreach_copy_(saved, params)
-        for p, g in zip(params, grads()):
+        for p, g in zip(params, xi(losses, first, second)):
             p.grad = g
         opt.step()
-        gs = grads()
+        gs = xi(losses, first, second)
         with torch.no_grad():
             torch._foreach_copy_(params, saved)
         for p, g in zip(params, gs):

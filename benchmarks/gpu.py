@@ -276,13 +276,11 @@ def bilinear_row(device: torch.device, n: int, rounds: int, target: float) -> Re
 
     game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=gameopt.SimGD(1e-9))
 
-    def bare() -> None:
+    def bare_losses() -> tuple[Tensor, Tensor]:
         f = (xb * yb).sum()
-        gs = torch.autograd.grad(f, [xb], retain_graph=True) + torch.autograd.grad(-f, [yb])
-        with torch.no_grad():
-            torch._foreach_add_([xb, yb], list(gs), alpha=-1e-9)
+        return f, -f
 
-    base, fn = synced(bare, device), synced(game.step, device)
+    base, fn = synced(bare_steps.simgd_of(bare_losses, [xb], [yb], 1e-9), device), synced(game.step, device)
     b = calibrate(base, fn, target_s=target)
     r = compare(f"bilinear, {n:.0e} params per player", "gameopt SimGD", "bare SimGD", base, fn, rounds=rounds, batch=b)
     print(

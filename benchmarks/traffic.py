@@ -29,6 +29,8 @@ from torch import Tensor, nn
 import gameopt
 from gameopt.testing.traffic import Count, count
 
+from .bare import Losses, simgd_of, xi
+
 LR = 1e-3
 
 
@@ -51,22 +53,8 @@ def gameopt_step(n: int, make: Callable[[], gameopt.Algorithm]) -> Callable[[], 
     return game.step
 
 
-Losses = Callable[[], tuple[Tensor, Tensor]]
-
-
-def _xi(losses: Losses, first: list[Tensor], second: list[Tensor]) -> list[Tensor]:
-    """ξ as a user writes it: each player's gradient of its own loss."""
-    f, g = losses()
-    return [*torch.autograd.grad(f, first, retain_graph=True), *torch.autograd.grad(g, second)]
-
-
 def _bare_simgd(losses: Losses, first: list[Tensor], second: list[Tensor]) -> Callable[[], object]:
-    def step() -> None:
-        grads = _xi(losses, first, second)
-        with torch.no_grad():
-            torch._foreach_add_(first + second, grads, alpha=-LR)
-
-    return step
+    return simgd_of(losses, first, second, LR)
 
 
 def _bare_extragradient(losses: Losses, first: list[Tensor], second: list[Tensor]) -> Callable[[], object]:
@@ -75,10 +63,10 @@ def _bare_extragradient(losses: Losses, first: list[Tensor], second: list[Tensor
     def step() -> None:
         with torch.no_grad():
             start = torch._foreach_mul(params, 1.0)  # the point to come back to
-        gs = _xi(losses, first, second)
+        gs = xi(losses, first, second)
         with torch.no_grad():
             torch._foreach_add_(params, gs, alpha=-LR)
-        gs = _xi(losses, first, second)
+        gs = xi(losses, first, second)
         with torch.no_grad():
             torch._foreach_add_(start, gs, alpha=-LR)
             torch._foreach_copy_(params, start)

@@ -280,7 +280,7 @@ class UpdateRule(Generic[RS]):
         super().__init_subclass__(**kwargs)
         if "apply" in vars(cls) and "memory_flags" not in vars(cls):
             cls.memory_flags = False  # a new apply declares the flags it takes
-        if ("apply" in vars(cls) or "_direction" in vars(cls)) and "implied" not in vars(cls):
+        if "apply" in vars(cls) and "implied" not in vars(cls):
             cls.implied = ()  # a new formula declares what its direction implies
 
 
@@ -400,7 +400,7 @@ class Adam(UpdateRule[AdamState]):
     nonnegative = ("v",)
     # out = c·m/(√v + ε) with c > 0: where v is finite (and ≥ 0), a non-finite m makes
     # out non-finite, so a finite out and v leave m finite (a non-finite d reaches m)
-    implied = ("m",)
+    implied: tuple[str, ...] = ("m",)
     counts = {"t": "m"}
     betas: Setting[tuple[float, float]] = Setting.schedulable()
     eps = Setting.number(low=0.0)
@@ -408,6 +408,11 @@ class Adam(UpdateRule[AdamState]):
     def __init__(self, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.betas = betas
         self.eps = eps
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_direction" in vars(cls) and "implied" not in vars(cls):
+            cls.implied = ()  # the direction's own formula declares what it implies
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         path = path or name

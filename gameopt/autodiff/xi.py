@@ -49,7 +49,7 @@ def vector_field(
 
     A CPU player whose tensors are large (:data:`IN_PLACE_MIN`), or a player off the
     CPU larger than :data:`DEVICE_CAPTURE_MAX`, gets its gradient into its buffer
-    through ``.grad`` (:func:`through_grad`; see :func:`_through_grad`); the others'
+    through ``.grad`` (:func:`through_grad`; see :func:`_goes_through_grad`); the others'
     gradients are captured (``autograd.grad``) and copied into the buffers, several
     players at once (:data:`COPY_BATCH`). The loop is the whole first-order step on a small
     game, so the common capture (every gradient there, dense) is written out in it."""
@@ -70,7 +70,7 @@ def vector_field(
                 with torch.no_grad():
                     tc.foreach_div_(problem.grad_views[i], scale)
             continue
-        if _through_grad(problem, i):
+        if _goes_through_grad(problem, i):
             through_grad(problem, i, loss, retain_graph=k < last)
             if scale != 1.0:
                 with torch.no_grad():
@@ -149,7 +149,7 @@ def _copy_into(dst: list[Tensor], src: list[Tensor], scale: float) -> None:
         tc.foreach_div_(dst, scale)
 
 
-def _through_grad(problem: Problem, i: int) -> bool:
+def _goes_through_grad(problem: Problem, i: int) -> bool:
     """Whether player i gets its gradient through ``.grad`` (:func:`through_grad`) rather
     than captured and copied: its tensors large (:data:`IN_PLACE_MIN` on average), on
     the CPU or too many elements to hold whole on a device (:data:`DEVICE_CAPTURE_MAX`),

@@ -267,7 +267,7 @@ def test_a_device_player_is_captured_whole_unless_too_large_to_hold(monkeypatch)
 
     def through(size: int, tensors: int, on_cpu: bool) -> bool:
         problem = SimpleNamespace(params=[[None] * tensors], sizes=[size], on_cpu=[on_cpu])
-        return first_order_xi._through_grad(problem, 0)
+        return first_order_xi._goes_through_grad(problem, 0)
 
     assert through(4 * big, 4, on_cpu=True)
     assert not through(4 * big, 4, on_cpu=False)
