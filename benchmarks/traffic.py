@@ -8,7 +8,7 @@ For each other op we count one launch, and the elements it reads and writes in
 *parameter-sized* tensors (at least ``n`` elements: a player's flat vector or a
 view of it), which is the step's memory traffic in units of N, the parameters of
 one player. Copies (``copy_``, ``clone``, ``_foreach_copy_``, ``cat``) are counted apart, and so are host syncs
-(``item``, ``_local_scalar_dense``, ``is_nonzero``). The counter is
+(``item``, ``_local_scalar_dense``, ``is_nonzero``, ``tolist``). The counter is
 :mod:`gameopt.testing.traffic`; ``tests/game/test_step_traffic.py`` keeps these counts.
 
 The game is bilinear, f(x, y) = Σ x·y elementwise, with N parameters per player,

@@ -162,7 +162,8 @@ def check_like(mine: Any, theirs: Any, path: str) -> None:
             check_like(mine[k], theirs[k], f"{path}.{k}")
     elif isinstance(mine, (list, tuple)):
         if not isinstance(theirs, (list, tuple)) or len(mine) != len(theirs):
-            raise ValueError(f"{path}: expected {len(mine)} entries")
+            got = f"{len(theirs)}" if isinstance(theirs, (list, tuple)) else f"a {type(theirs).__name__}"
+            raise ValueError(f"{path}: expected {len(mine)} entries, got {got}")
         for k, (a, b) in enumerate(zip(mine, theirs)):
             check_like(a, b, f"{path}[{k}]")
     elif isinstance(mine, bool) or isinstance(mine, str):

@@ -458,10 +458,11 @@ class Adam(UpdateRule[AdamState]):
             m1, v1, den, out = _real(m1, v1, den, out)
             t = t.real.unsqueeze(-1) if isinstance(t, Tensor) else t  # one count per complex element
         torch.sqrt(v1, out=den).add_(self.eps)
-        if isinstance(t, Tensor):
-            torch.div(m1, den, out=out).mul_(torch.sqrt(1 - b2**t) / (1 - b1**t))
+        # 0 + c·m₁/den: one pass, c with it (as torch.optim's addcdiv_), none for c alone
+        if isinstance(t, Tensor):  # c per element: the same products, c·m₁ formed first
+            torch.addcdiv(m1.new_zeros(()), m1 * (torch.sqrt(1 - b2**t) / (1 - b1**t)), den, out=out)
         else:
-            torch.div(m1, den, out=out).mul_(math.sqrt(1 - b2**t) / (1 - b1**t))
+            torch.addcdiv(m1.new_zeros(()), m1, den, value=math.sqrt(1 - b2**t) / (1 - b1**t), out=out)
 
     def extrapolate(self, d: Vec, state: AdamState, empty: Empty | None = None) -> tuple[Vec, Any]:
         """:meth:`apply` with ``scratch``; from ``_RECOMPUTE_FROM`` elements on, its new

@@ -308,11 +308,12 @@ def _read(
     parts: list[Tensor], plan: list[tuple[int, bool]], bounds: list[float], vecs: Sequence[Tensor]
 ) -> list[float] | None:
     """:func:`finite_bounds` from its reductions ``parts`` (one host sync)."""
-    if all(p.is_cpu for p in parts):
-        values = [float(p) for p in parts]
-    else:
-        device = parts[0].device
-        values = torch.stack([p.to(device, torch.float64) for p in parts]).tolist()
+    if len(parts) == 1:
+        values = [float(parts[0])]
+    else:  # one read for all (stacked as they are where they can be)
+        device, dtype = parts[0].device, parts[0].dtype
+        same = all(p.device == device and p.dtype == dtype for p in parts)
+        values = torch.stack(parts if same else [p.to(device, torch.float64) for p in parts]).tolist()
     for (i, squares), v in zip(plan, values):
         if v < _INF and v > -_INF:
             bounds[i] = math.sqrt(v) * _MARGIN if squares else max(bounds[i], abs(v))

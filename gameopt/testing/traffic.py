@@ -11,7 +11,8 @@ op mutates is read and written (``w.add_(d)``: 3 passes, as ``torch.add(w, d,
 out=v)``), except an ``out=`` argument and the first argument of the ops that only
 write it (``copy_``, ``fill_``, ``zero_``, random fills); ``zeros_like(x)`` does not
 read ``x``. With ``big`` a player's size, that is the step's memory traffic in units
-of N. Copies and host syncs are counted apart.
+of N. Copies and host syncs are counted apart (a host sync: ``item``, or a ``tolist``,
+which a ``TorchFunctionMode`` sees).
 
 The counts do not depend on the CPU's vector unit or on the machine's load, so a
 test may assert them (``tests/game/test_step_traffic.py``), and
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 
@@ -65,6 +67,22 @@ class Count:
         self.copies += name in COPIES
         self.syncs += name in SYNCS
         self.touched += sum(t.numel() for t in reads + writes if t.numel() >= self.big)
+
+
+class HostReads(TorchFunctionMode):
+    """Adds to ``count`` a host sync for every ``Tensor.tolist`` run inside it: a read of
+    a tensor's values into Python that no ATen op shows on the CPU (``item`` is seen as
+    ``_local_scalar_dense``)."""
+
+    def __init__(self, count: Count) -> None:
+        super().__init__()
+        self.count = count
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is Tensor.tolist:
+            self.count.syncs += 1
+            self.count.names["tolist"] = self.count.names.get("tolist", 0) + 1
+        return func(*args, **(kwargs or {}))
 
 
 class Counting(tc.TorchDispatchMode):
@@ -151,6 +169,6 @@ def count(call: Callable[[], object], big: int, warmup: int = 2) -> Count:
     for _ in range(warmup):
         call()
     c = Count(big)
-    with Counting(c):
+    with Counting(c), HostReads(c):
         call()
     return c
