@@ -15,7 +15,7 @@ The game is bilinear, f(x, y) = Σ x·y elementwise, with N parameters per playe
 so that ξ costs the same few passes everywhere and what differs is the step's
 own bookkeeping. Each gameopt step is set beside the bare loop a user would write
 (``torch.autograd.grad`` per player, ``torch._foreach_*`` updates,
-``torch.optim.Adam(foreach=True)``).
+``torch.optim``'s Adam, RMSprop and SGD with momentum, ``foreach=True``).
 """
 
 from __future__ import annotations
@@ -53,10 +53,6 @@ def gameopt_step(n: int, make: Callable[[], gameopt.Algorithm]) -> Callable[[], 
     return game.step
 
 
-def _bare_simgd(losses: Losses, first: list[Tensor], second: list[Tensor]) -> Callable[[], object]:
-    return simgd_of(losses, first, second, LR)
-
-
 def _bare_extragradient(losses: Losses, first: list[Tensor], second: list[Tensor]) -> Callable[[], object]:
     params = first + second
 
@@ -76,7 +72,7 @@ def _bare_extragradient(losses: Losses, first: list[Tensor], second: list[Tensor
 
 def bare_simgd(n: int) -> Callable[[], object]:
     x, y, losses = bilinear(n)
-    return _bare_simgd(losses, [x], [y])
+    return simgd_of(losses, [x], [y], LR)
 
 
 def bare_extragradient(n: int) -> Callable[[], object]:
@@ -85,8 +81,21 @@ def bare_extragradient(n: int) -> Callable[[], object]:
 
 
 def bare_adam(n: int) -> Callable[[], object]:
+    return _bare_optim(n, lambda params: torch.optim.Adam(params, lr=LR, foreach=True))
+
+
+def bare_rmsprop(n: int) -> Callable[[], object]:
+    return _bare_optim(n, lambda params: torch.optim.RMSprop(params, lr=LR, foreach=True))
+
+
+def bare_momentum(n: int) -> Callable[[], object]:
+    return _bare_optim(n, lambda params: torch.optim.SGD(params, lr=LR, momentum=0.9, foreach=True))
+
+
+def _bare_optim(n: int, make: Callable[[list[nn.Parameter]], torch.optim.Optimizer]) -> Callable[[], object]:
+    """ξ into ``.grad`` (one ``autograd.grad`` per player), then ``torch.optim``'s step."""
     x, y, losses = bilinear(n)
-    opt = torch.optim.Adam([x, y], lr=LR, foreach=True)
+    opt = make([x, y])
 
     def step() -> None:
         f, g = losses()
@@ -100,6 +109,8 @@ ROWS: dict[str, tuple[Callable[[], gameopt.Algorithm], Callable[[int], Callable[
     "SimGD": (lambda: gameopt.SimGD(LR), bare_simgd),
     "Extragradient": (lambda: gameopt.Extragradient(LR), bare_extragradient),
     "SimGD + Adam": (lambda: gameopt.SimGD(LR, update=gameopt.Adam()), bare_adam),
+    "SimGD + RMSProp": (lambda: gameopt.SimGD(LR, update=gameopt.RMSProp()), bare_rmsprop),
+    "SimGD + Momentum": (lambda: gameopt.SimGD(LR, update=gameopt.Momentum(0.9)), bare_momentum),
 }
 
 
@@ -133,7 +144,7 @@ def gameopt_gan_step(make: Callable[[], gameopt.Algorithm]) -> Callable[[], obje
 
 def bare_gan_simgd() -> Callable[[], object]:
     gen, disc, losses = bn_gan()
-    return _bare_simgd(losses, list(gen.parameters()), list(disc.parameters()))
+    return simgd_of(losses, list(gen.parameters()), list(disc.parameters()), LR)
 
 
 def bare_gan_extragradient() -> Callable[[], object]:

@@ -20,7 +20,7 @@ import gameopt
 #: the users' modules outside ``gameopt.__all__`` that the page documents too
 USER_MODULES = ["gameopt.updates"]
 #: what an algorithm author reads, after the users' names
-AUTHOR_MODULES = ["gameopt.algorithms.api", "gameopt.protocols", "gameopt.debug"]
+AUTHOR_MODULES = ["gameopt.algorithms.api", "gameopt.protocols", "gameopt.debug", "gameopt.direction_bounds"]
 #: the internals an algorithm meets, one class each
 INTERNALS = [
     "gameopt.autodiff.GeneralLinearization",

@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Generic, TypedDict, TypeVar, cast
 import torch
 from torch import Tensor
 
+from . import direction_bounds as bounds
 from .checks import check_number
 from .settings import Setting
 from .state import Carry, check_counts, check_like, check_loaded
@@ -233,6 +234,17 @@ class UpdateRule(Generic[RS]):
         or ``own_state`` (``state`` is updated in place). Identity here."""
         return d, state
 
+    def direction_bounds(self, new_state: RS, out: Vec) -> list[float | None] | None:
+        """For each group, a bound on ``max|out|`` (real and imaginary parts) of the
+        direction :meth:`apply` just returned with ``new_state``, known without reading
+        ``out``: it holds whenever the entries of ``new_state`` that the step's check
+        reads (all but :attr:`implied`) are finite, and then ``out`` is finite too.
+        ``None`` for a group where none is known, or for all. The check reads the
+        bounded groups no more: one pass over memory fewer (RMSProp, Adam:
+        :mod:`gameopt.direction_bounds`). A class that defines its own ``apply``
+        declares it again (else it is ``None`` for that class). Here: ``None``."""
+        return None
+
     def extrapolate(self, d: Vec, state: RS, empty: Empty | None = None) -> tuple[Vec, Any]:
         """The direction of an extrapolation (the first half of an extragradient step)
         from ``state``, which stays as it is; ``d`` is scratch (the direction may be
@@ -282,6 +294,8 @@ class UpdateRule(Generic[RS]):
             cls.memory_flags = False  # a new apply declares the flags it takes
         if "apply" in vars(cls) and "implied" not in vars(cls):
             cls.implied = ()  # a new formula declares what its direction implies
+        if "apply" in vars(cls) and "direction_bounds" not in vars(cls):
+            cls.direction_bounds = UpdateRule.direction_bounds  # type: ignore[method-assign]  # and what bounds it
 
 
 def apply(
@@ -413,6 +427,8 @@ class Adam(UpdateRule[AdamState]):
         super().__init_subclass__(**kwargs)
         if "_direction" in vars(cls) and "implied" not in vars(cls):
             cls.implied = ()  # the direction's own formula declares what it implies
+        if ("_direction" in vars(cls) or "_moments" in vars(cls)) and "direction_bounds" not in vars(cls):
+            cls.direction_bounds = UpdateRule.direction_bounds  # type: ignore[method-assign]  # and what bounds it
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:
         path = path or name
@@ -421,7 +437,9 @@ class Adam(UpdateRule[AdamState]):
         return tuple(check_number(f"{path}[{k}]", b, low=0.0, high=1.0, high_open=True) for k, b in enumerate(value))
 
     def init(self, like: Vec) -> AdamState:
-        return {"m": Vec(torch.zeros_like(t) for t in like), "v": Vec(torch.zeros_like(t) for t in like), "t": 0}
+        m, v = Vec(torch.zeros_like(t) for t in like), Vec(torch.zeros_like(t) for t in like)
+        bounds.keep(m, v, self.eps, [0.0] * len(like))  # m = 0: its ratio is 0
+        return {"m": m, "v": v, "t": 0}
 
     def apply(
         self,
@@ -432,13 +450,42 @@ class Adam(UpdateRule[AdamState]):
         own_state: bool = False,
     ) -> tuple[Vec, AdamState]:
         t = next_count(state["t"])
+        ratios = self._ratios(state)  # read before the moments are written (own_state)
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
         out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
         for g, (x, m0, v0, m1, v1, o) in enumerate(zip(d, state["m"], state["v"], m, v, out)):
             self._moments(x, m0, v0, m1, v1)
             self._direction(m1, v1, _count_of(t, g), den=o, out=o)
+        if ratios is not None:
+            bounds.keep(m, v, self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
         return out, {"m": m, "v": v, "t": t}
+
+    def direction_bounds(self, new_state: AdamState, out: Vec) -> list[float | None] | None:
+        """From the new state's ratio ``max|m| / (√v + ε)``, kept beside it: each step's
+        follows from the last one's (:func:`~gameopt.direction_bounds.adam_ratios`); a
+        state with none kept (after a checkpoint is loaded) has it read, once. ``None``
+        with counts per element, in float16 and bfloat16, and with ε below about
+        1e-12 (float32)."""
+        m, v, t = new_state["m"], new_state["v"], new_state["t"]
+        if not isinstance(t, int) or not bounds.worth(out):
+            return None
+        ratios = bounds.kept(m, v, self.eps)
+        if ratios is None:
+            ratios = bounds.read_ratios(m, v, self.eps)
+            bounds.keep(m, v, self.eps, ratios)
+        return bounds.adam_bounds(m, ratios, self._correction(t))
+
+    def _ratios(self, state: AdamState) -> list[float] | None:
+        """``state``'s ratios (:meth:`direction_bounds`), where they are kept and may be
+        used (one count for all elements, vectors worth it)."""
+        m = state["m"]
+        return bounds.kept(m, state["v"], self.eps) if isinstance(state["t"], int) and bounds.worth(m) else None
+
+    def _correction(self, t: int | Vec) -> float:
+        """c = √(1 − β₂ᵗ) / (1 − β₁ᵗ), for one count ``t`` (0.0 for counts per element: unused)."""
+        b1, b2 = self.betas
+        return math.sqrt(1 - b2**t) / (1 - b1**t) if isinstance(t, int) else 0.0
 
     # The one place each formula is written, so that moments recomputed by
     # :meth:`resume` have the bits :meth:`apply` gives.
@@ -462,7 +509,7 @@ class Adam(UpdateRule[AdamState]):
         if isinstance(t, Tensor):  # c per element: the same products, c·m₁ formed first
             torch.addcdiv(m1.new_zeros(()), m1 * (torch.sqrt(1 - b2**t) / (1 - b1**t)), den, out=out)
         else:
-            torch.addcdiv(m1.new_zeros(()), m1, den, value=math.sqrt(1 - b2**t) / (1 - b1**t), out=out)
+            torch.addcdiv(m1.new_zeros(()), m1, den, value=self._correction(t), out=out)
 
     def extrapolate(self, d: Vec, state: AdamState, empty: Empty | None = None) -> tuple[Vec, Any]:
         """:meth:`apply` with ``scratch``; from ``_RECOMPUTE_FROM`` elements on, its new
@@ -486,9 +533,13 @@ class Adam(UpdateRule[AdamState]):
             return super().resume(memo, state, empty)
         empty = empty or _empty_like(memo["d"])
         m, v = empty(), empty()
+        ratios = self._ratios(state)
         for x, m0, v0, m1, v1 in zip(memo["d"], state["m"], state["v"], m, v):
             self._moments(x, m0, v0, m1, v1)
-        return {"m": m, "v": v, "t": next_count(state["t"])}
+        t = next_count(state["t"])
+        if ratios is not None:
+            bounds.keep(m, v, self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
+        return {"m": m, "v": v, "t": t}
 
 
 class RMSProp(UpdateRule[RMSPropState]):
@@ -558,6 +609,15 @@ class RMSProp(UpdateRule[RMSPropState]):
                 torch.add(v1, self.eps, out=den).sqrt_()
             torch.div(x, den, out=o)
         return out, {"v": v}
+
+    def direction_bounds(self, new_state: RMSPropState, out: Vec) -> list[float | None] | None:
+        """``1 / √(1 − ρ)`` with room for rounding (a finite ``v`` bounds ``d``:
+        :func:`~gameopt.direction_bounds.rmsprop_bound`); ``None`` in float16 and
+        bfloat16, and where ε is too small to take values below the smallest normal."""
+        if not bounds.worth(out):
+            return None
+        inside = self.convention != "torch"
+        return [bounds.rmsprop_bound(o, self.decay, self.eps, inside) for o in out]
 
 
 class PerPlayer(UpdateRule[PerPlayerState]):

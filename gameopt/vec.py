@@ -215,17 +215,27 @@ class Scaled:
         implied: tensors of the new state that are finite whenever the direction
             and the rest of the new state are (an update rule's ``implied``
             entries): the step's check does not read them.
+        bounds: for each group, a bound on ``max|direction|`` known without reading
+            it, or ``None`` where it is not known (an update rule's
+            :meth:`~gameopt.UpdateRule.direction_bounds`): the step's check reads
+            the groups it bounds no more (it reads the new state, which implies them).
     """
 
-    __slots__ = ("direction", "factors", "into", "implied")
+    __slots__ = ("direction", "factors", "into", "implied", "bounds")
 
     def __init__(
-        self, direction: Vec, factors: Sequence[float], into: Vec | None = None, implied: Sequence[Tensor] = ()
+        self,
+        direction: Vec,
+        factors: Sequence[float],
+        into: Vec | None = None,
+        implied: Sequence[Tensor] = (),
+        bounds: Sequence[float | None] | None = None,
     ) -> None:
         self.direction = direction
         self.factors = [float(f) for f in factors]
         self.into = into
         self.implied = tuple(implied)
+        self.bounds = None if bounds is None else list(bounds)
 
     def __repr__(self) -> str:
         return f"Scaled(factors={self.factors})"

@@ -176,13 +176,13 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
         factors = [-float(g["lr"]) for g in self.param_groups]
         implied = [t for k in self.rule.implied for t in new_rule_state[k]] if self.rule.implied else ()
+        bounds = self.rule.direction_bounds(new_rule_state, out)
         state_tensors = tensors_in(new_rule_state) if new_rule_state else []
         if state_tensors and not set(map(id, out)).isdisjoint(map(id, state_tensors)):
             # the rule keeps its result (momentum): resolved, the step goes into d (or a new vector)
-            return Scaled(out, factors, into=d if scratch else None, implied=implied), new_rule_state
-        if out is d and not scratch:  # resolved, ``d`` stays intact
-            return Scaled(out, factors, into=None, implied=implied), new_rule_state
-        return Scaled(out, factors, into=out, implied=implied), new_rule_state
+            return Scaled(out, factors, into=d if scratch else None, implied=implied, bounds=bounds), new_rule_state
+        into = None if out is d and not scratch else out  # resolved, ``d`` stays intact
+        return Scaled(out, factors, into=into, implied=implied, bounds=bounds), new_rule_state
 
     # ---------------------------------------------------------- checkpoints
     def identity(self) -> dict[str, Any]:

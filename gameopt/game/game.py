@@ -921,10 +921,14 @@ def _check_update(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    vec, implied = (delta.direction, delta.implied) if isinstance(delta, Scaled) else (delta, ())
-    bounds = finite_bounds(_unchecked(vec, new_tensors, old_state, implied))  # the step's first
-    if bounds is None:
+    vec, implied, known = (
+        (delta.direction, delta.implied, delta.bounds) if isinstance(delta, Scaled) else (delta, (), None)
+    )
+    unread = vec if known is None else [d for d, b in zip(vec, known) if b is None]
+    read = finite_bounds(_unchecked(vec, unread, new_tensors, old_state, implied))  # the step's first
+    if read is None:
         raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+    bounds = read if known is None else _merged(known, read)
     if isinstance(delta, Scaled):  # max|factor · d| <= max|factor| · max|d|, up to one rounding
         bounds = [b * f * _PRODUCT_MARGIN for b, f in zip(bounds, moves.layout.factor_bounds(delta.factors))]
     moves.check_step(delta, bounds)  # the new point: w + delta
@@ -951,19 +955,26 @@ _NO_PRODUCTS = (
 _PRODUCT_MARGIN = 1 + 2.0**-40  # a float64 product's rounding, with room
 
 
+def _merged(known: Sequence[float | None], read: Sequence[float]) -> list[float]:
+    """Each group's bound on ``max|direction|``: the known one, else the next one read."""
+    unread = iter(read)
+    return [next(unread) if b is None else b for b in known]
+
+
 def _unchecked(
-    delta: Vec, new_tensors: Sequence[Tensor], old_state: Any, implied: Sequence[Tensor] = ()
+    delta: Vec, unread: Sequence[Tensor], new_tensors: Sequence[Tensor], old_state: Any, implied: Sequence[Tensor] = ()
 ) -> Sequence[Tensor]:
-    """The tensors of a step to check for finiteness, each once: the delta's first
-    (all of them: their bounds are read too), then the new state's tensors, less what
-    the delta or the old state already held (checked when committed) and what is
-    finite whenever the rest is (``implied``: see :class:`~gameopt.vec.Scaled`)."""
+    """The tensors of a step to check for finiteness, each once: the delta's groups
+    whose bounds are not known (``unread``: their bounds are read too) first, then the
+    new state's tensors, less what the delta or the old state already held (checked
+    when committed) and what is finite whenever the rest is (``implied``: see
+    :class:`~gameopt.vec.Scaled`)."""
     if not new_tensors:
-        return delta
+        return unread
     seen = set(map(id, tensors_in(old_state)))
     seen.update(map(id, delta))
     seen.update(map(id, implied))
-    out = list(delta)
+    out = list(unread)
     for t in new_tensors:
         if id(t) not in seen:
             seen.add(id(t))

@@ -1,0 +1,170 @@
+"""Bounds on an update rule's direction known without reading it.
+
+A step's check reads the direction (for the bound on the new point, ``|w + δ| <=
+max|w| + max|δ|``) and the new state. Where the new state bounds the direction, the
+direction need not be read: one pass over memory fewer
+(:meth:`~gameopt.UpdateRule.direction_bounds`).
+
+* RMSProp: ``v₁ >= (1 − ρ) d²`` element by element, so ``|d| / (√v₁ + ε) <= 1 / √(1 − ρ)``,
+  and a finite ``v₁`` makes ``d`` finite.
+* Adam: the ratio ``r = max|m| / (√v + ε)`` of a state follows a recursion,
+  ``r₁ <= β₁/√β₂ · r₀ + (1 − β₁)/√(1 − β₂)`` (``√v₁ >= √β₂ √v₀`` and ``√v₁ >= √(1 − β₂) |d|``),
+  so ``max|out| <= c · r₁``. Each state's ratio is kept beside it (:func:`keep`),
+  read from the state once where none is known (a loaded checkpoint).
+
+The bounds hold in floating point: each carries a margin for the roundings of the
+rule's own kernels, in float32 and float64 (and their complex types) only, and only
+where ε is large enough that values below the smallest normal number (an underflow,
+or a flush to zero) cannot matter; elsewhere none is known and the direction is read.
+Below :data:`WORTH_FROM` elements none is sought: the bookkeeping would cost more
+than the pass it saves.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from . import _torch_compat as tc
+from .vec import Vec
+
+#: elements per chunk when a state's ratio is read (temporaries of this size only)
+_CHUNK = 1 << 16
+
+
+def precision(t: Tensor) -> tuple[float, float, float] | None:
+    """``(u, tiny, big)``: the unit roundoff, the smallest normal and the largest
+    value of ``t``'s (real) dtype; ``None`` below float32's precision (float16,
+    bfloat16) or for a dtype that is not floating point."""
+    return _precision(t.dtype)
+
+
+@functools.cache
+def _precision(dtype: torch.dtype) -> tuple[float, float, float] | None:
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return None
+    info = torch.finfo(dtype)
+    return None if info.eps > 2.0**-23 else (info.eps / 2, info.tiny, info.max)
+
+
+def rmsprop_bound(t: Tensor, decay: float, eps: float, eps_inside: bool) -> float | None:
+    """A bound on ``max|out|`` of RMSProp's direction ``d / (√v₁ + ε)`` (``eps_inside``:
+    ``d / √(v₁ + ε)``) wherever ``v₁`` is finite, or ``None``: ``1 / √(1 − ρ)`` with the
+    roundings of ``v₁``, the root and the division (``v₁ >= (1 − ρ) d² (1 − 5u) − tiny``
+    in floating point, and ε, at least ``√tiny / u`` (``tiny`` inside the root), takes
+    the ``tiny``)."""
+    p = precision(t)
+    if p is None:
+        return None
+    u, tiny, _ = p
+    if eps < (tiny if eps_inside else math.sqrt(tiny) / u):
+        return None
+    return (1 + 16 * u) / math.sqrt(1 - decay)
+
+
+#: elements of a joint vector from which a bound is worth its bookkeeping (a few
+#: microseconds a step): below, reading the direction costs less
+WORTH_FROM = 1 << 16
+
+
+def worth(vec: Sequence[Tensor]) -> bool:
+    """Whether ``vec`` is large enough for its direction's bound to save time."""
+    return sum(t.numel() for t in vec) >= WORTH_FROM
+
+
+#: where a state keeps Adam's ratios: an attribute of its ``m`` (a Vec), so that they go with it
+_KEY = "_direction_ratios"
+
+
+def keep(m: Sequence[Tensor], v: Sequence[Tensor], eps: float, ratios: Sequence[float]) -> None:
+    """Keep ``ratios``, Adam's ``max|m| / (√v + ε)`` per group (``inf`` where none is
+    known), beside the state ``(m, v)`` as it is now: on ``m``, a :class:`~gameopt.Vec`
+    (a state of plain lists, one set by hand, keeps none)."""
+    if isinstance(m, Vec):
+        vars(m)[_KEY] = (v, eps, _marks(m), _marks(v), list(ratios))
+
+
+def kept(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[float] | None:
+    """The ratios kept beside ``(m, v)`` for this ``eps``, while its tensors are as they
+    were left: the same ``v``, each tensor at the same address and version counter (a
+    write the game did not make moves it; one through ``.data`` or numpy does not, and
+    is not seen); else ``None``."""
+    entry = vars(m).get(_KEY) if isinstance(m, Vec) else None
+    if entry is None or entry[0] is not v or entry[1] != eps or entry[2] != _marks(m) or entry[3] != _marks(v):
+        return None
+    return entry[4]
+
+
+def _marks(vec: Sequence[Tensor]) -> list[tuple[int, int]]:
+    return [(t.data_ptr(), tc.version(t)) for t in vec]
+
+
+def read_ratios(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[float]:
+    """Each group's ``max|m| / (√v + ε)``, read (one pass over ``m`` and ``v``, in chunks,
+    one host sync), with the margin of its roundings; ``inf`` for a group whose dtype
+    :func:`precision` refuses."""
+    parts: list[Tensor] = []
+    which: list[int] = []
+    out = [math.inf] * len(m)
+    with torch.no_grad():
+        for g, (mg, vg) in enumerate(zip(m, v)):
+            if precision(mg) is None or not mg.numel():
+                out[g] = math.inf if mg.numel() else 0.0
+                continue
+            if mg.is_complex():
+                mg, vg = torch.view_as_real(mg), torch.view_as_real(vg)
+            mg, vg = mg.reshape(-1), vg.reshape(-1)
+            chunks = [
+                torch.sqrt(vg[s : s + _CHUNK]).add_(eps).reciprocal_().mul_(mg[s : s + _CHUNK].abs()).amax()
+                for s in range(0, mg.numel(), _CHUNK)
+            ]
+            parts.append(torch.stack(chunks).amax().double())
+            which.append(g)
+    if parts:
+        for g, r in zip(which, torch.stack(parts).tolist()):
+            u = precision(m[g])[0]  # type: ignore[index]
+            out[g] = r * (1 + 8 * u) if r < math.inf else math.inf  # (NaN: not < inf)
+    return out
+
+
+def adam_ratios(
+    m: Sequence[Tensor], r0: Sequence[float], betas: tuple[float, float], eps: float, c: float
+) -> list[float]:
+    """The ratios of the state after one Adam step from a state of ratios ``r0``, per
+    group (``inf`` where none is known); ``c``: the step's bias correction
+    √(1 − β₂ᵗ)/(1 − β₁ᵗ).
+
+    In floating point, per element (``u``: the unit roundoff): ``|m₁| <= (1 + 6u)(β₁|m₀| +
+    (1 − β₁)|d|)`` (``lerp``), ``√v₁ >= (1 − 3u)√(β₂ v₀ + (1 − β₂) d²) − √tiny`` with ε
+    (at least ``√tiny / u``) taking the ``√tiny``; the margin below covers them with
+    room. Where ``v₁ <= big`` (finite), ``|d| <= √(2 big / (1 − β₂))`` and ``|m₀| <= r₀ (√big
+    + ε)``: while ``c`` times their sum stays below ``big / 4``, no intermediate of
+    ``lerp`` or ``addcdiv`` overflows, so ``m₁`` and the direction are finite."""
+    b1, b2 = betas
+    r1: list[float] = []
+    for t, r in zip(m, r0):
+        p = precision(t)
+        if p is None or b2 == 0.0 or not r < math.inf or eps < math.sqrt(p[1]) / p[0]:
+            r1.append(math.inf)
+            continue
+        u, _, big = p
+        largest = max(c, 1.0) * (r * (math.sqrt(big) + eps) + math.sqrt(2 / (1 - b2)) * math.sqrt(big))
+        r1.append((1 + 32 * u) * (b1 / math.sqrt(b2) * r + (1 - b1) / math.sqrt(1 - b2)) + u)
+        if not largest <= big / 4:
+            r1[-1] = math.inf
+    return r1
+
+
+def adam_bounds(m: Sequence[Tensor], r1: Sequence[float], c: float) -> list[float | None]:
+    """Bounds on ``max|out|`` of Adam's direction ``c · m₁ / (√v₁ + ε)`` from its state's
+    ratios ``r1`` (two roundings: ``addcdiv``), ``None`` where none is known."""
+    out: list[float | None] = []
+    for t, r in zip(m, r1):
+        p = precision(t)
+        bound = c * (1 + 8 * p[0]) * r if p is not None and r < math.inf else math.inf
+        out.append(bound if p is not None and bound <= p[2] / 4 else None)
+    return out
