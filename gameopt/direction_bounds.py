@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Sequence
 
 import torch
@@ -90,22 +91,29 @@ def keep(m: Sequence[Tensor], v: Sequence[Tensor], eps: float, ratios: Sequence[
 
 def kept(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[float] | None:
     """The ratios kept beside ``(m, v)`` for this ``eps``, while its tensors are as they
-    were left: the same ``v``, each tensor at the same address and version counter (a
-    write the game did not make moves it; one through ``.data`` or numpy does not, and
-    is not seen); else ``None``."""
+    were left: the same ``v``, the same tensors (kept by reference, so that no other can
+    take a kept one's place), each at the same version counter (a write the game did not
+    make moves it; one through ``.data`` or numpy does not, and is not seen); else
+    ``None``."""
     entry = vars(m).get(_KEY) if isinstance(m, Vec) else None
-    if entry is None or entry[0] is not v or entry[1] != eps or entry[2] != _marks(m) or entry[3] != _marks(v):
+    if entry is None or entry[0] is not v or entry[1] != eps:
         return None
-    return entry[4]
+    return entry[4] if _same(entry[2], _marks(m)) and _same(entry[3], _marks(v)) else None
 
 
-def _marks(vec: Sequence[Tensor]) -> list[tuple[int, int]]:
-    return [(t.data_ptr(), tc.version(t)) for t in vec]
+def _marks(vec: Sequence[Tensor]) -> list[tuple[Tensor, int]]:
+    return [(t, tc.version(t)) for t in vec]
+
+
+def _same(a: list[tuple[Tensor, int]], b: list[tuple[Tensor, int]]) -> bool:
+    """The same tensors, each at the same version."""
+    return len(a) == len(b) and all(s is t and i == j for (s, i), (t, j) in zip(a, b))
 
 
 def read_ratios(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[float]:
     """Each group's ``max|m| / (√v + ε)``, read (one pass over ``m`` and ``v``, in chunks,
-    one host sync), with the margin of its roundings; ``inf`` for a group whose dtype
+    one host sync), with the margin of its roundings and ``tiny`` for a quotient below
+    the smallest normal number (flushed to zero); ``inf`` for a group whose dtype
     :func:`precision` refuses."""
     parts: list[Tensor] = []
     which: list[int] = []
@@ -118,17 +126,29 @@ def read_ratios(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[fl
             if mg.is_complex():
                 mg, vg = torch.view_as_real(mg), torch.view_as_real(vg)
             mg, vg = mg.reshape(-1), vg.reshape(-1)
-            chunks = [
-                torch.sqrt(vg[s : s + _CHUNK]).add_(eps).reciprocal_().mul_(mg[s : s + _CHUNK].abs()).amax()
-                for s in range(0, mg.numel(), _CHUNK)
-            ]
+            chunks = []
+            for s in range(0, mg.numel(), _CHUNK):
+                den = torch.sqrt(vg[s : s + _CHUNK]).add_(eps)
+                chunks.append(torch.div(mg[s : s + _CHUNK].abs(), den, out=den).amax())
             parts.append(torch.stack(chunks).amax().double())
             which.append(g)
     if parts:
         for g, r in zip(which, torch.stack(parts).tolist()):
-            u = precision(m[g])[0]  # type: ignore[index]
-            out[g] = r * (1 + 8 * u) if r < math.inf else math.inf  # (NaN: not < inf)
+            u, tiny, _ = precision(m[g])  # type: ignore[misc]
+            out[g] = r * (1 + 8 * u) + tiny if r < math.inf else math.inf  # (NaN: not < inf)
     return out
+
+
+def as_scalar(value: float, t: Tensor) -> float | None:
+    """``value`` as the kernels of ``t``'s dtype take a Python number (in float32 for
+    float32 and complex64 tensors, exactly in float64), or ``None`` if it is not zero and
+    falls below the smallest normal number there (flushed to zero, or few bits)."""
+    p = precision(t)
+    if p is None:
+        return None
+    if p[0] > 2.0**-30:  # float32: rounded to nearest
+        value = struct.unpack("f", struct.pack("f", value))[0]
+    return value if value == 0.0 or abs(value) >= p[1] else None
 
 
 def adam_ratios(
@@ -138,33 +158,39 @@ def adam_ratios(
     group (``inf`` where none is known); ``c``: the step's bias correction
     √(1 − β₂ᵗ)/(1 − β₁ᵗ).
 
-    In floating point, per element (``u``: the unit roundoff): ``|m₁| <= (1 + 6u)(β₁|m₀| +
-    (1 − β₁)|d|)`` (``lerp``), ``√v₁ >= (1 − 3u)√(β₂ v₀ + (1 − β₂) d²) − √tiny`` with ε
+    The betas are taken as the kernels see them (:func:`as_scalar`): ``lerp``'s weight
+    w = 1 − β₁ and ``mul``'s and ``addcmul``'s β₂ and 1 − β₂, each rounded to the
+    dtype; none is known where β₂ or 1 − β₂ falls below the smallest normal number.
+    In floating point, per element (``u``: the unit roundoff): ``|m₁| <= (1 + 6u)((1 −
+    w)|m₀| + w|d|)`` (``lerp``), ``√v₁ >= (1 − 3u)√(β₂ v₀ + (1 − β₂) d²) − √tiny`` with ε
     (at least ``√tiny / u``) taking the ``√tiny``; the margin below covers them with
     room. Where ``v₁ <= big`` (finite), ``|d| <= √(2 big / (1 − β₂))`` and ``|m₀| <= r₀ (√big
     + ε)``: while ``c`` times their sum stays below ``big / 4``, no intermediate of
-    ``lerp`` or ``addcdiv`` overflows, so ``m₁`` and the direction are finite."""
-    b1, b2 = betas
+    ``lerp`` overflows, so ``m₁`` is finite (``addcdiv``: :func:`adam_bounds`)."""
     r1: list[float] = []
     for t, r in zip(m, r0):
         p = precision(t)
-        if p is None or b2 == 0.0 or not r < math.inf or eps < math.sqrt(p[1]) / p[0]:
+        w, b2, w2 = (as_scalar(x, t) for x in (1 - betas[0], betas[1], 1 - betas[1]))
+        if p is None or w is None or not b2 or not w2 or not r < math.inf or eps < math.sqrt(p[1]) / p[0]:
             r1.append(math.inf)
             continue
         u, _, big = p
-        largest = max(c, 1.0) * (r * (math.sqrt(big) + eps) + math.sqrt(2 / (1 - b2)) * math.sqrt(big))
-        r1.append((1 + 32 * u) * (b1 / math.sqrt(b2) * r + (1 - b1) / math.sqrt(1 - b2)) + u)
-        if not largest <= big / 4:
-            r1[-1] = math.inf
+        largest = max(c, 1.0) * (r * (math.sqrt(big) + eps) + math.sqrt(2 / w2) * math.sqrt(big))
+        ratio = (1 + 32 * u) * ((1 - w) / math.sqrt(b2) * r + w / math.sqrt(w2)) + u
+        r1.append(ratio if largest <= big / 4 else math.inf)
     return r1
 
 
-def adam_bounds(m: Sequence[Tensor], r1: Sequence[float], c: float) -> list[float | None]:
+def adam_bounds(m: Sequence[Tensor], r1: Sequence[float], eps: float, c: float) -> list[float | None]:
     """Bounds on ``max|out|`` of Adam's direction ``c · m₁ / (√v₁ + ε)`` from its state's
-    ratios ``r1`` (two roundings: ``addcdiv``), ``None`` where none is known."""
+    ratios ``r1`` (two roundings: ``addcdiv``, which forms ``c · m₁`` first: it does not
+    overflow while ``c · r₁ (√big + ε)``, a bound on it where ``v₁`` is finite, stays
+    below ``big / 4``), ``None`` where none is known."""
     out: list[float | None] = []
     for t, r in zip(m, r1):
         p = precision(t)
-        bound = c * (1 + 8 * p[0]) * r if p is not None and r < math.inf else math.inf
-        out.append(bound if p is not None and bound <= p[2] / 4 else None)
+        if p is None or not r < math.inf or not c * r * (math.sqrt(p[2]) + eps) <= p[2] / 4:
+            out.append(None)
+        else:
+            out.append(c * (1 + 8 * p[0]) * r)
     return out

@@ -474,7 +474,7 @@ class Adam(UpdateRule[AdamState]):
         if ratios is None:
             ratios = bounds.read_ratios(m, v, self.eps)
             bounds.keep(m, v, self.eps, ratios)
-        return bounds.adam_bounds(m, ratios, self._correction(t))
+        return bounds.adam_bounds(m, ratios, self.eps, self._correction(t))
 
     def _ratios(self, state: AdamState) -> list[float] | None:
         """``state``'s ratios (:meth:`direction_bounds`), where they are kept and may be

@@ -206,3 +206,80 @@ def test_the_chunked_read_of_a_ratio_is_the_ratio() -> None:
     exact = (m.double().abs() / (v.double().sqrt() + 1e-8)).max().item()
     assert exact <= r <= exact * (1 + 1e-5)
     assert db.read_ratios(Vec([m.half()]), Vec([v.half()]), 1e-8) == [math.inf]
+
+
+# ---------------------------------------- cases a review found (each broke the bounds)
+@pytest.fixture
+def flushed():
+    """Denormals flushed to zero, on one thread (torch sets the flag for the calling
+    thread only), restored after (to torch's defaults: it has no getter for the flag)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if not torch.set_flush_denormal(True):
+            pytest.skip("this CPU cannot flush denormals")
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+
+
+def _two_steps(rule, m0, v0, d1=None):
+    """A state set by hand (its ratio read at the first step), then a step of the
+    ratio's recursion: each step's bound against its direction."""
+    state = {"m": Vec([m0]), "v": Vec([v0]), "t": 0}
+    seen = []
+    for d in (d1 if d1 is not None else torch.zeros_like(m0), torch.zeros_like(m0)):
+        out, state = rule.apply(Vec([d]), state, scratch=True)
+        (bound,) = rule.direction_bounds(state, out)
+        seen.append((bound, _max_abs(out[0])))
+    return seen
+
+
+def test_a_read_ratio_bounds_no_direction_whose_numerator_overflows() -> None:
+    """addcdiv forms c·m₁ first: with c ≈ 7 (β₂ = 0.5) and m₁ near float32's largest,
+    it overflows though m₁ and v₁ are finite."""
+    m0, v0 = torch.zeros(N), torch.zeros(N)
+    m0[0] = v0[0] = 3e38
+    rule = gameopt.Adam(betas=(0.9, 0.5))
+    out, state = rule.apply(Vec([torch.zeros(N)]), {"m": Vec([m0]), "v": Vec([v0]), "t": 0}, scratch=True)
+    assert not torch.isfinite(out[0]).all() and rule.direction_bounds(state, out) == [None]
+
+
+def test_the_recursion_takes_lerps_weight_as_float32_rounds_it() -> None:
+    """β₁ = 2⁻¹⁰ + 1.01·2⁻²⁵: float32's 1 − β₁ rounds down, so lerp weighs m₀ by a β₁
+    3e-5 larger than the Python number."""
+    m0 = torch.zeros(N)
+    m0[0] = 1e10
+    rule = gameopt.Adam(betas=(2**-10 + 1.01 * 2**-25, 1 - 1e-5))
+    for bound, actual in _two_steps(rule, m0, torch.zeros(N)):
+        assert bound is not None and actual <= bound
+
+
+def _subnormal_beta2() -> tuple[float | None, float]:
+    m0, d1 = torch.zeros(N), torch.zeros(N)
+    m0[0], d1[0] = 1e33, 1e18
+    (_, _), (bound, actual) = _two_steps(gameopt.Adam(betas=(0.5, 1.49 * 2.0**-149)), m0, torch.zeros(N), d1)
+    return bound, actual
+
+
+def test_no_bound_is_known_where_beta2_falls_below_the_smallest_normal() -> None:
+    """mul(v₀, β₂) takes β₂ in float32: 1.49·2⁻¹⁴⁹ rounds to 2⁻¹⁴⁹ (and flushed to zero,
+    a subnormal β₂ is 0); the recursion divides by √β₂."""
+    bound, actual = _subnormal_beta2()
+    assert bound is None or actual <= bound
+
+
+def test_no_bound_is_known_where_beta2_is_flushed_to_zero(flushed) -> None:
+    bound, actual = _subnormal_beta2()
+    assert bound is None or actual <= bound
+
+
+def test_a_ratio_read_with_a_huge_eps_and_denormals_flushed_bounds_the_direction(flushed) -> None:
+    """1/(√v + ε) is subnormal for ε = 1e38: flushed to zero, a reciprocal made the read
+    ratio 0."""
+    rule = gameopt.Adam(eps=1e38)
+    m0 = torch.full((N,), -3e38)
+    out, state = rule.apply(Vec([torch.zeros(N)]), {"m": Vec([m0]), "v": Vec([torch.zeros(N)]), "t": 0})
+    (bound,) = rule.direction_bounds(state, out)
+    assert bound is None or _max_abs(out[0]) <= bound

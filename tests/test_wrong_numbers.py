@@ -192,9 +192,27 @@ def test_second_order_algorithms_refuse_compiled_losses(name) -> None:
     assert str(after) == str(state)
 
 
-def test_first_order_algorithms_run_on_compiled_losses() -> None:
-    compiled, cx, cy = _compiled_game(lambda: gameopt.Extragradient(0.1))
-    eager, ex, ey = _compiled_game(lambda: gameopt.Extragradient(0.1), compiled=False)
+#: every first-order algorithm, and the update rules with the two that take every kind of step
+FIRST_ORDER = {
+    "SimGD": lambda: gameopt.SimGD(0.1),
+    "AltGD": lambda: gameopt.AltGD(0.1),
+    "Extragradient": lambda: gameopt.Extragradient(0.1),
+    "Optimistic": lambda: gameopt.Optimistic(0.1),
+    "PastExtragradient": lambda: gameopt.PastExtragradient(0.1),
+    "AnchoredExtragradient": lambda: gameopt.AnchoredExtragradient(0.1),
+    "SimGD + Adam": lambda: gameopt.SimGD(0.1, update=gameopt.Adam()),
+    "SimGD + RMSProp": lambda: gameopt.SimGD(0.1, update=gameopt.RMSProp()),
+    "SimGD + Momentum": lambda: gameopt.SimGD(0.1, update=gameopt.Momentum(0.9)),
+    "Extra-Adam": lambda: gameopt.Extragradient(0.1, update=gameopt.Adam()),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST_ORDER))
+def test_first_order_algorithms_run_on_compiled_losses(name) -> None:
+    """Issue #35, item 3: a first-order step on a torch.compile'd loss takes the eager
+    loss's steps (to the compiled kernels' rounding)."""
+    compiled, cx, cy = _compiled_game(FIRST_ORDER[name])
+    eager, ex, ey = _compiled_game(FIRST_ORDER[name], compiled=False)
     for _ in range(3):
         compiled.step()
         eager.step()
