@@ -5,12 +5,14 @@ max|w| + max|δ|``) and the new state. Where the new state bounds the direction,
 direction need not be read: one pass over memory fewer
 (:meth:`~gameopt.UpdateRule.direction_bounds`).
 
-* RMSProp: ``v₁ >= (1 − ρ) d²`` element by element, so ``|d| / (√v₁ + ε) <= 1 / √(1 − ρ)``,
-  and a finite ``v₁`` makes ``d`` finite.
+* RMSProp: where ``v₀ >= 0``, ``v₁ >= (1 − ρ) d²`` element by element, so ``|d| / (√v₁ + ε)
+  <= 1 / √(1 − ρ)``, and a finite ``v₁`` makes ``d`` finite. That ``v₀ >= 0`` is kept
+  beside each state the rule leaves (:func:`keep`), and read once of a state from
+  elsewhere (a loaded checkpoint, or one written in place).
 * Adam: the ratio ``r = max|m| / (√v + ε)`` of a state follows a recursion,
   ``r₁ <= β₁/√β₂ · r₀ + (1 − β₁)/√(1 − β₂)`` (``√v₁ >= √β₂ √v₀`` and ``√v₁ >= √(1 − β₂) |d|``),
-  so ``max|out| <= c · r₁``. Each state's ratio is kept beside it (:func:`keep`),
-  read from the state once where none is known (a loaded checkpoint).
+  so ``max|out| <= c · r₁``. Each state's ratio is kept beside it, and read once of a
+  state from elsewhere.
 
 The bounds hold in floating point: each carries a margin for the roundings of the
 rule's own kernels, in float32 and float64 (and their complex types) only, and only
@@ -26,6 +28,7 @@ import functools
 import math
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -77,28 +80,32 @@ def worth(vec: Sequence[Tensor]) -> bool:
     return sum(t.numel() for t in vec) >= WORTH_FROM
 
 
-#: where a state keeps Adam's ratios: an attribute of its ``m`` (a Vec), so that they go with it
-_KEY = "_direction_ratios"
+#: where a state keeps what is known of it: an attribute of its first joint vector (a
+#: Vec), so that it goes with the state
+_KEY = "_direction_bounds"
 
 
-def keep(m: Sequence[Tensor], v: Sequence[Tensor], eps: float, ratios: Sequence[float]) -> None:
-    """Keep ``ratios``, Adam's ``max|m| / (√v + ε)`` per group (``inf`` where none is
-    known), beside the state ``(m, v)`` as it is now: on ``m``, a :class:`~gameopt.Vec`
-    (a state of plain lists, one set by hand, keeps none)."""
-    if isinstance(m, Vec):
-        vars(m)[_KEY] = (v, eps, _marks(m), _marks(v), list(ratios))
+def keep(state: Sequence[Sequence[Tensor]], key: Any, known: Any) -> None:
+    """Keep ``known`` (what a rule knows of its state, for the settings ``key``: Adam's
+    ratios for its ε) beside the state's joint vectors ``state`` as they are now, on the
+    first, a :class:`~gameopt.Vec` (a state of plain lists, one set by hand, keeps
+    none)."""
+    if isinstance(state[0], Vec):
+        vars(state[0])[_KEY] = (tuple(state[1:]), key, [_marks(vec) for vec in state], known)
 
 
-def kept(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[float] | None:
-    """The ratios kept beside ``(m, v)`` for this ``eps``, while its tensors are as they
-    were left: the same ``v``, the same tensors (kept by reference, so that no other can
-    take a kept one's place), each at the same version counter (a write the game did not
-    make moves it; one through ``.data`` or numpy does not, and is not seen); else
-    ``None``."""
-    entry = vars(m).get(_KEY) if isinstance(m, Vec) else None
-    if entry is None or entry[0] is not v or entry[1] != eps:
+def kept(state: Sequence[Sequence[Tensor]], key: Any) -> Any:
+    """What :func:`keep` kept beside ``state`` for ``key``, while the state is as it was
+    left: the same joint vectors holding the same tensors (kept by reference, so that no
+    other can take a kept one's place), each at the same version counter (a write the
+    game did not make moves it; one through ``.data`` or numpy does not, and is not
+    seen); else ``None``."""
+    entry = vars(state[0]).get(_KEY) if isinstance(state[0], Vec) else None
+    if entry is None or entry[1] != key or len(entry[0]) != len(state) - 1:
         return None
-    return entry[4] if _same(entry[2], _marks(m)) and _same(entry[3], _marks(v)) else None
+    if any(a is not b for a, b in zip(entry[0], state[1:])):
+        return None
+    return entry[3] if all(map(_same, entry[2], map(_marks, state))) else None
 
 
 def _marks(vec: Sequence[Tensor]) -> list[tuple[Tensor, int]]:
@@ -108,6 +115,14 @@ def _marks(vec: Sequence[Tensor]) -> list[tuple[Tensor, int]]:
 def _same(a: list[tuple[Tensor, int]], b: list[tuple[Tensor, int]]) -> bool:
     """The same tensors, each at the same version."""
     return len(a) == len(b) and all(s is t and i == j for (s, i), (t, j) in zip(a, b))
+
+
+def nonnegative(vec: Sequence[Tensor]) -> bool:
+    """Whether every element of ``vec`` (both parts of a complex one) is at least 0, and
+    none is NaN: read (one pass, one host sync)."""
+    with torch.no_grad():
+        lows = [(torch.view_as_real(t) if t.is_complex() else t).min() for t in vec if t.numel()]
+        return not lows or min(torch.stack(lows).tolist()) >= 0  # (NaN: not >= 0)
 
 
 def read_ratios(m: Sequence[Tensor], v: Sequence[Tensor], eps: float) -> list[float]:

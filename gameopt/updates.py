@@ -438,7 +438,7 @@ class Adam(UpdateRule[AdamState]):
 
     def init(self, like: Vec) -> AdamState:
         m, v = Vec(torch.zeros_like(t) for t in like), Vec(torch.zeros_like(t) for t in like)
-        bounds.keep(m, v, self.eps, [0.0] * len(like))  # m = 0: its ratio is 0
+        bounds.keep((m, v), self.eps, [0.0] * len(like))  # m = 0: its ratio is 0
         return {"m": m, "v": v, "t": 0}
 
     def apply(
@@ -458,7 +458,7 @@ class Adam(UpdateRule[AdamState]):
             self._moments(x, m0, v0, m1, v1)
             self._direction(m1, v1, _count_of(t, g), den=o, out=o)
         if ratios is not None:
-            bounds.keep(m, v, self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
+            bounds.keep((m, v), self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
         return out, {"m": m, "v": v, "t": t}
 
     def direction_bounds(self, new_state: AdamState, out: Vec) -> list[float | None] | None:
@@ -470,17 +470,17 @@ class Adam(UpdateRule[AdamState]):
         m, v, t = new_state["m"], new_state["v"], new_state["t"]
         if not isinstance(t, int) or not bounds.worth(out):
             return None
-        ratios = bounds.kept(m, v, self.eps)
+        ratios = bounds.kept((m, v), self.eps)
         if ratios is None:
             ratios = bounds.read_ratios(m, v, self.eps)
-            bounds.keep(m, v, self.eps, ratios)
+            bounds.keep((m, v), self.eps, ratios)
         return bounds.adam_bounds(m, ratios, self.eps, self._correction(t))
 
     def _ratios(self, state: AdamState) -> list[float] | None:
         """``state``'s ratios (:meth:`direction_bounds`), where they are kept and may be
         used (one count for all elements, vectors worth it)."""
         m = state["m"]
-        return bounds.kept(m, state["v"], self.eps) if isinstance(state["t"], int) and bounds.worth(m) else None
+        return bounds.kept((m, state["v"]), self.eps) if isinstance(state["t"], int) and bounds.worth(m) else None
 
     def _correction(self, t: int | Vec) -> float:
         """c = √(1 − β₂ᵗ) / (1 − β₁ᵗ), for one count ``t`` (0.0 for counts per element: unused)."""
@@ -538,7 +538,7 @@ class Adam(UpdateRule[AdamState]):
             self._moments(x, m0, v0, m1, v1)
         t = next_count(state["t"])
         if ratios is not None:
-            bounds.keep(m, v, self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
+            bounds.keep((m, v), self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
         return {"m": m, "v": v, "t": t}
 
 
@@ -586,7 +586,9 @@ class RMSProp(UpdateRule[RMSPropState]):
 
     def init(self, like: Vec) -> RMSPropState:
         start = 0.0 if self.convention == "torch" else 1.0  # both parts of a complex element
-        return {"v": Vec(torch.full_like(t, complex(start, start) if t.is_complex() else start) for t in like)}
+        v = Vec(torch.full_like(t, complex(start, start) if t.is_complex() else start) for t in like)
+        bounds.keep((v,), "v >= 0", True)
+        return {"v": v}
 
     def apply(
         self,
@@ -596,6 +598,7 @@ class RMSProp(UpdateRule[RMSPropState]):
         scratch: bool = False,
         own_state: bool = False,
     ) -> tuple[Vec, RMSPropState]:
+        known = bounds.kept((state["v"],), "v >= 0")  # read before v is written (own_state)
         empty = empty or _empty_like(d)
         v = state["v"] if own_state else empty()
         out = d if scratch else empty()
@@ -608,13 +611,22 @@ class RMSProp(UpdateRule[RMSPropState]):
             else:
                 torch.add(v1, self.eps, out=den).sqrt_()
             torch.div(x, den, out=o)
+        if known:  # v₀ >= 0, so v₁ >= 0
+            bounds.keep((v,), "v >= 0", True)
         return out, {"v": v}
 
     def direction_bounds(self, new_state: RMSPropState, out: Vec) -> list[float | None] | None:
-        """``1 / √(1 − ρ)`` with room for rounding (a finite ``v`` bounds ``d``:
-        :func:`~gameopt.direction_bounds.rmsprop_bound`); ``None`` in float16 and
-        bfloat16, and where ε is too small to take values below the smallest normal."""
+        """``1 / √(1 − ρ)`` with room for rounding where ``v₀ >= 0`` (a finite ``v₁`` then
+        bounds ``d``: :func:`~gameopt.direction_bounds.rmsprop_bound`); ``None`` in
+        float16 and bfloat16, and where ε is too small to take values below the
+        smallest normal. Where ``v₀ >= 0`` is not known (a state from elsewhere), ``None``
+        this step, and ``v₁ >= 0`` is read for the next."""
         if not bounds.worth(out):
+            return None
+        v = new_state["v"]
+        if not bounds.kept((v,), "v >= 0"):
+            if bounds.nonnegative(v):
+                bounds.keep((v,), "v >= 0", True)
             return None
         inside = self.convention != "torch"
         return [bounds.rmsprop_bound(o, self.decay, self.eps, inside) for o in out]

@@ -283,3 +283,34 @@ def test_a_ratio_read_with_a_huge_eps_and_denormals_flushed_bounds_the_direction
     out, state = rule.apply(Vec([torch.zeros(N)]), {"m": Vec([m0]), "v": Vec([torch.zeros(N)]), "t": 0})
     (bound,) = rule.direction_bounds(state, out)
     assert bound is None or _max_abs(out[0]) <= bound
+
+
+@pytest.mark.parametrize("v0", [-1.0, -1.0 + 2.0**-23])
+@pytest.mark.parametrize(
+    "update", [lambda: gameopt.RMSProp(decay=0.5), lambda: gameopt.Adam(betas=(0.0, 0.5))], ids=["RMSProp", "Adam"]
+)
+def test_a_second_moment_written_negative_in_place_is_not_trusted(v0, update) -> None:
+    """RMSProp's bound needs v₀ >= 0: a state written in place (its version counter
+    moves) is read again. v₀ = −1 makes v₁ negative (a NaN direction); v₀ = −1 + 2⁻²³
+    makes v₁ = 2⁻²⁴, a direction of ~4096 against a bound of √2, which at lr 1e35
+    overflows the point. Both steps are refused, nothing changed (so is Adam's)."""
+    game, (x, y) = _game(update())
+    game.algorithm.param_groups[0]["lr"] = game.algorithm.param_groups[1]["lr"] = 0.0
+    game.step()
+    for group in game.algorithm.param_groups:
+        group["lr"] = 1e35
+    game.algorithm_state["rule"]["v"][0].fill_(v0)
+    with pytest.raises(gameopt.NonFiniteError):
+        game.step()
+    assert torch.equal(x.detach(), torch.ones(N // 2)) and torch.equal(y.detach(), torch.ones(N // 2))
+
+
+def test_rmsprop_reads_the_sign_of_a_state_from_elsewhere_once() -> None:
+    """A state set by hand: no bound at its first step (its v₁ >= 0 is read then), a
+    bound from the next on."""
+    rule = gameopt.RMSProp()
+    state = {"v": Vec([torch.ones(N)])}
+    out, state = rule.apply(Vec([torch.ones(N)]), state)
+    assert rule.direction_bounds(state, out) is None
+    out, state = rule.apply(Vec([torch.ones(N)]), state)
+    assert rule.direction_bounds(state, out) is not None
