@@ -47,9 +47,9 @@ def bilinear(n: int, seed: int = 0) -> tuple[nn.Parameter, nn.Parameter, Callabl
     return x, y, losses
 
 
-def gameopt_step(n: int, make: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+def gameopt_step(n: int, make: Callable[[], gameopt.Algorithm], verdict: str = "host") -> Callable[[], object]:
     x, y, losses = bilinear(n)
-    game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=make())
+    game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=make(), verdict=verdict)
     return game.step
 
 
@@ -114,8 +114,8 @@ ROWS: dict[str, tuple[Callable[[], gameopt.Algorithm], Callable[[int], Callable[
 }
 
 
-def measure(n: int) -> list[tuple[str, Count, Count]]:
-    return [(name, count(gameopt_step(n, make), n), count(bare(n), n)) for name, (make, bare) in ROWS.items()]
+def measure(n: int, verdict: str = "host") -> list[tuple[str, Count, Count]]:
+    return [(name, count(gameopt_step(n, make, verdict), n), count(bare(n), n)) for name, (make, bare) in ROWS.items()]
 
 
 # ------------------------------------------------- a small BatchNorm GAN (launches)
@@ -137,9 +137,9 @@ def bn_gan(seed: int = 0) -> tuple[nn.Module, nn.Module, Callable[[], tuple[Tens
     return gen, disc, losses
 
 
-def gameopt_gan_step(make: Callable[[], gameopt.Algorithm]) -> Callable[[], object]:
+def gameopt_gan_step(make: Callable[[], gameopt.Algorithm], verdict: str = "host") -> Callable[[], object]:
     gen, disc, losses = bn_gan()
-    return gameopt.Game([gen, disc], losses, algorithm=make()).step
+    return gameopt.Game([gen, disc], losses, algorithm=make(), verdict=verdict).step
 
 
 def bare_gan_simgd() -> Callable[[], object]:
@@ -158,21 +158,29 @@ GAN_ROWS: dict[str, tuple[Callable[[], gameopt.Algorithm], Callable[[], Callable
 }
 
 
-def measure_gan() -> list[tuple[str, Count, Count]]:
+def measure_gan(verdict: str = "host") -> list[tuple[str, Count, Count]]:
     """Launches of one step on the BatchNorm GAN: every tensor is small, so what counts
     is ops, copies and syncs (``big`` is 1: every tensor is counted)."""
-    return [(name, count(gameopt_gan_step(make), 1), count(bare(), 1)) for name, (make, bare) in GAN_ROWS.items()]
+    return [
+        (name, count(gameopt_gan_step(make, verdict), 1), count(bare(), 1)) for name, (make, bare) in GAN_ROWS.items()
+    ]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2**20, help="parameters per player (default: %(default)s)")
     p.add_argument("--ops", action="store_true", help="also list each step's ops by name")
+    p.add_argument(
+        "--verdict",
+        choices=["host", "device"],
+        default="host",
+        help="the games' step verdict (Game(verdict=...)): device: no host read inside a step",
+    )
     args = p.parse_args()
-    print(f"bilinear game, N = {args.n} parameters per player, torch {torch.__version__}")
+    print(f"bilinear game, N = {args.n} parameters per player, verdict={args.verdict!r}, torch {torch.__version__}")
     print("| step | touched (gameopt) | touched (bare) | ratio | ops | bare ops | copies | bare copies | syncs |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, mine, bare in measure(args.n):
+    for name, mine, bare in measure(args.n, args.verdict):
         print(
             f"| {name} | {mine.touched / args.n:.0f}N | {bare.touched / args.n:.0f}N | "
             f"{mine.touched / bare.touched:.2f} | {mine.ops} | {bare.ops} | {mine.copies} | {bare.copies} | "
@@ -183,7 +191,7 @@ def main() -> None:
     print("BatchNorm GAN (4-16-2 generator, 2-16-1 discriminator, batch 32): launches of one step")
     print("| step | ops (gameopt) | ops (bare) | ratio | copies | bare copies | syncs |")
     print("|---|---|---|---|---|---|---|")
-    for name, mine, bare in measure_gan():
+    for name, mine, bare in measure_gan(args.verdict):
         print(
             f"| {name} | {mine.ops} | {bare.ops} | {mine.ops / bare.ops:.2f} | {mine.copies} | {bare.copies} | "
             f"{mine.syncs} / {bare.syncs} |"

@@ -18,7 +18,7 @@ from types import ModuleType
 import gameopt
 
 #: the users' modules outside ``gameopt.__all__`` that the page documents too
-USER_MODULES = ["gameopt.updates"]
+USER_MODULES = ["gameopt.updates", "gameopt.game.verdict"]
 #: what an algorithm author reads, after the users' names
 AUTHOR_MODULES = ["gameopt.algorithms.api", "gameopt.protocols", "gameopt.debug", "gameopt.direction_bounds"]
 #: the internals an algorithm meets, one class each

@@ -168,6 +168,13 @@ class JointLayout:
             o.add_(t, alpha=f) if o is x else torch.add(x, t, alpha=f, out=o)  # type: ignore[arg-type]
         return out
 
+    def group_factors(self, factors: Sequence[float]) -> list[float]:
+        """Per joint group, its players' one factor (:meth:`one_factor_per_group` must hold)."""
+        out = self._factors(factors)
+        if not all(isinstance(f, float) for f in out):
+            raise ValueError("the players of a joint group have different factors")
+        return out  # type: ignore[return-value]
+
     def one_factor_per_group(self, factors: Sequence[float]) -> bool:
         """Whether the players of each joint group share one factor (as in one player's
         group, or when every player's factor is the same)."""

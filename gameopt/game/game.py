@@ -45,6 +45,7 @@ from .moves import Moves
 from .oracle import StepContext, StepOracle
 from .rollback import Rollback
 from .sharded_checkpoint import local_form, saved_form
+from .verdict import Checks, Pending
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,15 @@ class Game:
             (0: never).
         loss_scale: a :class:`~gameopt.DynamicLossScale` for float16 players: steps
             that overflow are skipped (nothing changed) and the scale backs off.
+        verdict: where a step's verdict (finite, and its new point within its dtype)
+            is formed. ``"host"`` (default): read in one host sync before anything is
+            written; a refused step raises :class:`NonFiniteError` at once. ``"device"``:
+            kept on the device, no host sync (:mod:`gameopt.game.verdict`): the
+            parameters move only where the verdict takes the step, decided on the
+            device, and a refused step is undone and its :class:`NonFiniteError`
+            raised by the end of the next step (refused with it) or by
+            :meth:`synchronize`. For games on one device, without feasible sets,
+            data parallelism, sharding, a loss scale or ``on_nonfinite="skip"``.
 
     A game refuses a starting point that is not finite and parameters on the
     ``meta`` device (``ValueError``); a refused game changes nothing it was given
@@ -158,6 +168,7 @@ class Game:
         process_group: Any = None,
         check_replicas_every: int = 0,
         loss_scale: DynamicLossScale | None = None,
+        verdict: str = "host",
     ) -> None:
         from ..algorithms import SimGD
 
@@ -167,6 +178,12 @@ class Game:
         self._step_buffers: list[tuple[Tensor, Tensor]] | None = None
         self._buffer_copies = BufferCopies()  # the module buffers a step starts from
         self._evaluation_copies = BufferCopies()  # and those an evaluation elsewhere puts back
+        # the device verdict: the step whose verdict is not read yet, the copies of the module
+        # buffers the step after it saves into, and a refusal read outside a step (raised by
+        # the next step or synchronize)
+        self._pending: Pending | None = None
+        self._spare_copies = BufferCopies()
+        self._refusal: NonFiniteError | None = None
         if isinstance(players, (Player, nn.Module)) or len(players) == 0:
             raise ValueError("Game needs a list of players")
         algorithm = algorithm if algorithm is not None else SimGD(lr=1e-3)
@@ -196,13 +213,43 @@ class Game:
             self.check_replicas_every = int(check_replicas_every)
             self._steps = 0
             self._shards = self._sharding(process_group)
+            if verdict not in ("host", "device"):
+                raise ValueError(f"verdict must be 'host' or 'device', got {verdict!r}")
+            self._verdict = verdict
             self._build_layout()
+            self._check_verdict()
             self._check_fits(algorithm)
             self._check_values()
             self._start(algorithm)
         except BaseException:
             rollback.undo()
             raise
+
+    @property
+    def verdict(self) -> str:
+        """Where a step's verdict is formed, ``"host"`` or ``"device"`` (see the class)."""
+        return self._verdict
+
+    def _check_verdict(self) -> None:
+        """Refuse (``ValueError``) what the device verdict does not cover."""
+        if self._verdict != "device":
+            return
+        devices = {key[0] for key in self.layout.keys}
+        refused = [
+            ("on_nonfinite='skip'", self.on_nonfinite == "skip"),
+            ("a loss scale", self.loss_scale is not None),
+            ("a process group", self._parallel is not None),
+            ("sharded players", self._shards is not None),
+            ("feasible sets (constraints)", bool(self._moves.constrained)),
+            (f"players on {len(devices)} devices", len(devices) > 1),
+            ("complex players", any(key[1].is_complex for key in self.layout.keys)),
+        ]
+        for what, present in refused:
+            if present:
+                raise ValueError(
+                    f"verdict='device' does not cover {what} yet: the step's verdict is read on the host there "
+                    "(verdict='host')"
+                )
 
     def _start(self, algorithm: Algorithm) -> None:
         """Bind ``algorithm`` (``self.optimizer``, its state), then make the starting
@@ -234,6 +281,7 @@ class Game:
     @_one_at_a_time
     def algorithm(self, algorithm: Algorithm) -> None:
         self._refuse_in_step("game.algorithm = ...")
+        self._settle()  # the state a refused step started from, before it is replaced
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
         with deferred_interrupts():  # the algorithm, its state and the optimizer change together
@@ -466,6 +514,7 @@ class Game:
         point the step is evaluating, with the parameters registered in their modules
         and storage of its own, leaving the step as it was (:mod:`.reentry`)."""
         if not self.stepping:
+            self._settle()
             self._refresh()
             yield self._problem, self.layout.grad
             return
@@ -587,26 +636,45 @@ class Game:
             # a step other than this one
             raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
-            self._refresh()
+            self._settle_now()  # the state a refused step started from, before it is carried
+            if self._refusal is None:
+                self._refresh()
+                self._check_verdict()
+        if self._refusal is not None:  # read before this step (by state_dict, say): raised here, nothing run
+            refusal, self._refusal = self._refusal, None
+            raise refusal
         algorithm = self._algorithm
         oracle = StepOracle(self._step_context, closure, algorithm.evaluates_once)
         old = kept = self.algorithm_state
         buffers = self._buffer_copies.save(self._buffer_registries)  # put back if the step fails
+        checks = self._moves.checks = Checks(self.layout.data[0].device) if self._verdict == "device" else None
         committed = False
         try:
             self._step_buffers = buffers  # a step runs (see stepping); what a call from the losses sees
             algorithm._check_groups()  # lr and every scheduled value, whoever set it
             algorithm._sync_rule()  # scheduled betas, momentum, decay
             delta, new_state = algorithm.update(oracle, old)
-            new_tensors = self._checked_update(type(algorithm).__name__, oracle, delta, new_state, old)
+            name = type(algorithm).__name__
+            if checks is None:
+                new_tensors = self._checked_update(name, oracle, delta, new_state, old)
+            else:
+                new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves, checks)
+                found_inf, passed = checks.verdict(self._pending.found_inf if self._pending is not None else None)
             # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
             one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
-            held = None if one else defer()
+            held = None if one and checks is None else defer()
             try:
-                self._moves.move(self.layout.data, delta, out=self.layout.data, empty=oracle.empty)
+                if checks is None:
+                    self._moves.move(self.layout.data, delta, out=self.layout.data, empty=oracle.empty)
+                else:  # moved where the verdict takes it; what the step started from kept till it is read
+                    self._moves.move_unless(self.layout.data, delta, found_inf, empty=oracle.empty)
+                    self._moves.settle_bounds(found_inf)
+                    pending = Pending(found_inf, passed, checks.whys, old, buffers, self._steps)
                 self.algorithm_state = kept = new_state
                 committed = True
                 self._after_step()
+                if checks is not None:
+                    self._hand_over(pending)  # raises a refusal of the step before, read now
             finally:
                 if held is not None:
                     resume(held)
@@ -622,11 +690,72 @@ class Game:
             raise
         finally:
             self._step_buffers = None
-            # keep only what the committed state holds: the step's other vectors live
-            # within the step only
+            self._moves.checks = None
+            # keep only what the committed state holds (and, under the device verdict, the
+            # state a step whose verdict is not read started from): the step's other
+            # vectors live within the step only
             if self._vectors.lent:
-                self._vectors.keep_only(new_tensors if kept is not old else tensors_in(old))
+                if checks is not None:
+                    held_state = [self.algorithm_state, self._pending.state if self._pending is not None else None]
+                    self._vectors.keep_only(tensors_in(held_state))
+                else:
+                    self._vectors.keep_only(new_tensors if kept is not old else tensors_in(old))
         return StepLosses(oracle.losses or (), oracle.evaluations.metrics)
+
+    # -------------------------------------------------------- device verdict
+    @_one_at_a_time
+    def synchronize(self) -> None:
+        """Wait for the verdict of the last step (``Game(verdict="device")``): if it
+        was refused, it is undone (the state and module buffers it started from put
+        back; its point never moved) and :class:`NonFiniteError` raised here. A
+        refusal read by another call (``state_dict``, ξ: they read the verdict first,
+        so that they see the game as it is) is raised here too, or by the next step.
+        Nothing to do under the host verdict, whose steps raise at once."""
+        if self.stepping:
+            raise reentry.refused("game.synchronize()")
+        self._settle()
+        if self._refusal is not None:
+            refusal, self._refusal = self._refusal, None
+            raise refusal
+
+    def _hand_over(self, pending: Pending) -> None:
+        """A step just committed under the device verdict: it becomes the pending one
+        (the next step saves the module buffers into the other copies), and the step
+        before it, pending till now, has its verdict read: if refused, everything since
+        it began is undone (this step was refused with it) and its error raised."""
+        before, self._pending = self._pending, pending
+        self._buffer_copies, self._spare_copies = self._spare_copies, self._buffer_copies
+        if before is not None and (why := before.read()) is not None:
+            raise self._undo(before, why)
+
+    def _settle(self) -> None:
+        """Read the pending verdict, outside a step: see :meth:`_settle_now`."""
+        if self._pending is not None and not self.stepping:
+            self._settle_now()
+
+    def _settle_now(self) -> None:
+        """Read the pending step's verdict (waiting for it): taken, it is forgotten;
+        refused, the step is undone (:meth:`_undo`) and its error kept for the next
+        step or :meth:`synchronize` to raise."""
+        pending, self._pending = self._pending, None
+        if pending is not None and (why := pending.read()) is not None:
+            self._refusal = self._undo(pending, why)
+
+    def _undo(self, pending: Pending, why: str) -> NonFiniteError:
+        """Put the game back where the refused step ``pending`` began: its algorithm
+        state, its module buffers, its step count (its point never moved, nor did any
+        later step's: a refusal is sticky until read); returns its error."""
+        with deferred_interrupts():
+            self._pending = None
+            self.algorithm_state = pending.state
+            restore_buffers(pending.buffers)
+            later = self._steps - pending.step - 1
+            self._steps = pending.step
+            self._moves.forget_bounds()
+        after = {0: "", 1: "; the step after it was refused with it"}.get(
+            later, f"; the {later} steps after it were refused with it"
+        )
+        return NonFiniteError(f"step {pending.step + 1} (its verdict read now, kept on the device): {why}{after}")
 
     def _checked_update(self, name: str, oracle: StepOracle, delta: Step, new_state: Any, old: Any) -> list[Tensor]:
         """:func:`_check_update`; with sharded players, agreed by every rank: a step
@@ -717,6 +846,7 @@ class Game:
         module's: as replicated, rank 0's."""
         start = None
         if not self.stepping:
+            self._settle()
             self._refresh()
         else:
             assert self._step_buffers is not None  # held while a step runs
@@ -741,6 +871,7 @@ class Game:
         ``gameopt.game.sharded_checkpoint.local_form``). With sharded players, the verdict is agreed
         by every rank: one rank's shard that does not fit refuses the load on all."""
         if not self.stepping:
+            self._settle()
             self._refresh()
         if self._shards is None:
             checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
@@ -811,6 +942,7 @@ class Game:
             )
         with self.lock:
             self._refuse_in_step("copy.deepcopy(game)")  # the point is mid-step there
+            self._settle()  # the copy starts from a game whose steps were all read
             self._refresh()  # the copy's layout is the one the state was made for
             new = type(self).__new__(type(self))
             memo[id(self)] = new
@@ -906,13 +1038,21 @@ def _check_algorithm(algorithm: Any) -> None:
 
 
 def _check_update(
-    name: str, oracle: StepOracle, delta: Step, new_state: Any, old_state: Any, moves: Moves
+    name: str,
+    oracle: StepOracle,
+    delta: Step,
+    new_state: Any,
+    old_state: Any,
+    moves: Moves,
+    checks: Checks | None = None,
 ) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
     kept as a plain list (``TypeError``), a step or new state that is not finite, or a
     step whose new point would overflow its dtype (:class:`NonFiniteError`, see
-    :meth:`Moves.check_step`, before ``moves`` commits the step). Returns the new state's tensors."""
+    :meth:`Moves.check_step`, before ``moves`` commits the step). With ``checks`` (the
+    device verdict), the last two are added to them, nothing read (see
+    :meth:`Moves.check_step_on_device`). Returns the new state's tensors."""
     new_tensors = tensors_in(new_state)
     if new_tensors:
         _check_not_borrowed(new_tensors, oracle.borrowed, name)
@@ -925,13 +1065,22 @@ def _check_update(
         (delta.direction, delta.implied, delta.bounds) if isinstance(delta, Scaled) else (delta, (), None)
     )
     unread = vec if known is None else [d for d, b in zip(vec, known) if b is None]
-    read = finite_bounds(_unchecked(vec, unread, new_tensors, old_state, implied))  # the step's first
-    if read is None:
-        raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
-    bounds = read if known is None else _merged(known, read)
-    if isinstance(delta, Scaled):  # max|factor · d| <= max|factor| · max|d|, up to one rounding
-        bounds = [b * f * _PRODUCT_MARGIN for b, f in zip(bounds, moves.layout.factor_bounds(delta.factors))]
-    moves.check_step(delta, bounds)  # the new point: w + delta
+    tensors = _unchecked(vec, unread, new_tensors, old_state, implied)
+    if checks is None:
+        read: Sequence[Any] | None = finite_bounds(tensors)  # the step's first host read
+        if read is None:
+            raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+    else:
+        read = checks.finite(tensors, lambda: oracle.not_finite_message("the vector field ξ or the update"))
+    bounds: Sequence[Any] = read if known is None else _merged(known, read)
+    # max|factor · d| <= max|factor| · max|d|, up to one rounding
+    factors = moves.layout.factor_bounds(delta.factors) if isinstance(delta, Scaled) else [1.0] * len(bounds)
+    if checks is not None:  # (on the device, the product is formed in the sum's launch)
+        moves.check_step_on_device(bounds, [f * _PRODUCT_MARGIN for f in factors], checks)
+    else:
+        if isinstance(delta, Scaled):
+            bounds = [b * f * _PRODUCT_MARGIN for b, f in zip(bounds, factors)]
+        moves.check_step(delta, bounds)  # the new point: w + delta
     return new_tensors
 
 
@@ -955,8 +1104,9 @@ _NO_PRODUCTS = (
 _PRODUCT_MARGIN = 1 + 2.0**-40  # a float64 product's rounding, with room
 
 
-def _merged(known: Sequence[float | None], read: Sequence[float]) -> list[float]:
-    """Each group's bound on ``max|direction|``: the known one, else the next one read."""
+def _merged(known: Sequence[float | None], read: Sequence[Any]) -> list[Any]:
+    """Each group's bound on ``max|direction|``: the known one, else the next one read
+    (a float, or under the device verdict a 0-d tensor)."""
     unread = iter(read)
     return [next(unread) if b is None else b for b in known]
 

@@ -30,6 +30,7 @@ from ..player import Player
 from ..protocols import Along
 from ..vec import Scaled, Step, Vec, all_finite, finite_bounds, max_abs
 from .errors import NonFiniteError
+from .verdict import Checks, max_abs_on_device
 
 V = TypeVar("V", bound=Sequence[Tensor])
 
@@ -77,6 +78,15 @@ class Moves:
         for e, _, _ in self.constrained:
             self._writes[e.group] += 1
         self._constrained_groups = sorted({e.group for e, _, _ in self.constrained})
+        #: the checks of the running step under the device verdict (``Game(verdict="device")``),
+        #: which :meth:`at` adds to instead of reading; None otherwise
+        self.checks: Checks | None = None
+        # the device verdict's guard of the live point (:meth:`check_step_on_device`): per group,
+        # a bound on max|w| (a 0-d float64 tensor; None: unknown), the steps since it was read
+        # exactly, and the bounds a move that the verdict takes leaves (settle_bounds)
+        self._device_bounds: list[Tensor | None] = [None] * len(layout.data)
+        self._device_age = [0] * len(layout.data)
+        self._device_next: list[tuple[Tensor, Tensor]] = []
 
     def _param_view(self, vec: Vec, e: Entry, k: int) -> Tensor:
         return e.buffer.views(self.layout.entry_view(vec, e))[k]
@@ -124,7 +134,9 @@ class Moves:
                         raise NonFiniteError(self._not_finite_through_sets(points))
                     for (e, k, _), point in zip(self.constrained, points):
                         self._param_view(data, e, k).copy_(point)
-            if not self._agreed(all_finite(data)):
+            if self.checks is not None:  # the device verdict: checked there, read with the step's
+                self.checks.finite(data, why or _not_finite_point)
+            elif not self._agreed(all_finite(data)):
                 raise NonFiniteError(why() if why else "a point to evaluate at is not finite; nothing changed")
             yield
         finally:
@@ -212,6 +224,81 @@ class Moves:
             self._versions = [-1] * len(versions)
             raise
 
+    def check_step_on_device(
+        self, delta_bounds: Sequence[Tensor | float], scales: Sequence[float], checks: Checks
+    ) -> None:
+        """:meth:`check_step` under the device verdict: nothing read on the host. For each
+        group, the step is refused (``checks``) unless ``max|w| + max|delta| <= limit``,
+        with ``scales[g] · delta_bounds[g]`` (0-d tensors or floats) bounding
+        ``max|delta|`` (a :class:`~gameopt.algorithms.api.Scaled` step's factor, with a
+        margin for its rounding; else 1), and the
+        bound on ``max|w|`` kept on the device as :meth:`check_step` keeps it on the host:
+        raised by each step that the verdict takes (:meth:`settle_bounds`), read again
+        exactly (one pass over the group) when the group's version counter moved, every
+        :data:`EXACT_EVERY` steps, and at every step in float16 (whose range a sum of
+        steps' bounds reaches soon). Unlike the host's check, which then reads the new
+        point itself, the bound decides: a step whose new point fits but whose bound
+        does not is refused."""
+        self._device_next = []
+        for g, w in enumerate(self.layout.data):
+            version, bound = tc.version(w), self._device_bounds[g]
+            fresh = self._device_age[g] >= EXACT_EVERY or w.dtype == torch.float16
+            if bound is None or fresh or version != self._versions[g]:
+                bound, self._device_age[g] = max_abs_on_device(w), 0
+                checks.at_most(bound, _FINITE64, self._not_finite_now(g))
+            self._device_age[g] += 1
+            step = delta_bounds[g]
+            raised = torch.add(bound, step, alpha=scales[g]) if isinstance(step, Tensor) else bound + step * scales[g]
+            checks.at_most(raised, self._limits[g], self._overflow(g))
+            self._device_next.append((bound, raised))
+            self._versions[g] = version + 1  # the move: one fused add per group
+
+    def settle_bounds(self, found_inf: Tensor) -> None:
+        """After :meth:`move_unless`: each group's bound on ``max|w|``, raised by the
+        step where the verdict took it."""
+        taken = found_inf == 0
+        self._device_bounds = [torch.where(taken, raised, old) for old, raised in self._device_next]
+        self._device_next = []
+
+    def forget_bounds(self) -> None:
+        """Read every group's bound again at the next step (after a refusal was read)."""
+        self._device_bounds = [None] * len(self._device_bounds)
+
+    def move_unless(self, w: Vec, delta: Step, found_inf: Tensor, empty: Callable[[], Vec] | None = None) -> None:
+        """In place, ``w + delta`` unless ``found_inf`` (a 0-d float32 tensor on the
+        device) is nonzero: one ``torch._fused_sgd_`` per group, which skips the move on
+        the device, as ``torch.optim``'s fused optimizers skip a step that a
+        ``GradScaler`` found overflowing. For parameters without feasible sets."""
+        with torch.no_grad():
+            if isinstance(delta, Scaled) and self.layout.one_factor_per_group(delta.factors):
+                pairs = zip(delta.direction, self.layout.group_factors(delta.factors))
+            else:
+                pairs = zip(self.layout.resolve(delta, empty), [1.0] * len(w))
+            for x, (d, f) in zip(w, pairs):
+                tc.fused_add_unless_(x, d, f, found_inf)
+
+    def _not_finite_now(self, g: int) -> Callable[[], str]:
+        def why() -> str:
+            names = ", ".join(repr(self.players[e.player].name) for e in self.layout.group_entries(g))
+            return (
+                f"the current point of {names} is not finite: a value written into a parameter outside the game; "
+                "the step was refused and nothing changed (write finite values, or load a checkpoint)"
+            )
+
+        return why
+
+    def _overflow(self, g: int) -> Callable[[], str]:
+        def why() -> str:
+            names = ", ".join(repr(self.players[e.player].name) for e in self.layout.group_entries(g))
+            dtype = str(self.layout.data[g].dtype).removeprefix("torch.")
+            return (
+                f"the new point of {names} may overflow {dtype} (max {self._limits[g]:g}): its bound "
+                "max|w| + max|step| does not fit; the step was refused and nothing changed (take smaller steps, or "
+                "keep the parameters in a wider dtype)"
+            )
+
+        return why
+
     def _read(self, g: int, step: Step, step_bound: float) -> float:
         """Group ``g``'s bound read exactly; if the step may still overflow, the new
         point checked element by element (:meth:`_check_sum`)."""
@@ -296,6 +383,15 @@ class Moves:
 
 
 _requires_grad = operator.attrgetter("requires_grad")
+
+
+def _not_finite_point() -> str:
+    return "a point to evaluate at is not finite; nothing changed"
+
+
+#: under the device verdict, each group's bound on max|w| is read exactly every this many steps
+EXACT_EVERY = 1024
+_FINITE64 = torch.finfo(torch.float64).max
 _INF = math.inf
 
 

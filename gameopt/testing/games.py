@@ -58,13 +58,14 @@ class ReferenceGame:
         dtype: torch.dtype = torch.float64,
         raw: bool = False,
         device: str | torch.device = "cpu",
+        verdict: str = "host",
     ) -> Game:
         """A fresh :class:`~gameopt.Game` at :attr:`init` (new modules, in ``dtype`` on
-        ``device``), players named ``p0``, ``p1``, …; ``raw``: the players are given as
-        their parameter tensors rather than as modules."""
+        ``device``, its step verdict ``verdict``), players named ``p0``, ``p1``, …;
+        ``raw``: the players are given as their parameter tensors rather than as modules."""
         self.modules = [VecModule(w.to(device, dtype)) for w in self.init]
         players = [Player([m.w] if raw else m, name=f"p{i}") for i, m in enumerate(self.modules)]
-        return Game(players, lambda: self.losses_fn([m.w for m in self.modules]), algorithm=algorithm)
+        return Game(players, lambda: self.losses_fn([m.w for m in self.modules]), algorithm=algorithm, verdict=verdict)
 
     def params(self) -> Points:
         """The current point of the last :meth:`build`'s game (copies)."""

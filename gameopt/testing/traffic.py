@@ -46,6 +46,10 @@ ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "n
 WRITE_ONLY = frozenset({"copy_", "_foreach_copy_", "fill_", "_foreach_fill_", "zero_", "_foreach_zero_"})
 #: ops that change a tensor's metadata only (besides the views and those tagged ``inplace_view``)
 METADATA = frozenset({"_unsafe_view", "set_", "resize_"})
+#: arguments that an op's schema declares mutated but its kernels write only when
+#: another argument is given: ``torch.optim``'s fused SGD writes the gradients back
+#: only when it unscales them (``grad_scale``), as its CUDA kernel and CPU kernel do
+WRITTEN_ONLY_WITH = {("_fused_sgd_", "grads"): "grad_scale"}
 
 
 @dataclass
@@ -136,7 +140,10 @@ def _reads_and_writes(
         tensors = _tensors(value)
         if not tensors:
             continue
-        if arg.alias_info is not None and arg.alias_info.is_write:
+        condition = WRITTEN_ONLY_WITH.get((name, arg.name))
+        if condition is not None and _given(func, condition, args, kwargs) is None:
+            reads += tensors  # declared mutated, written only with ``condition``
+        elif arg.alias_info is not None and arg.alias_info.is_write:
             writes += tensors
             if not arg.kwarg_only and not (write_only and k == 0):  # mutated in place: read first
                 reads += tensors
@@ -145,6 +152,14 @@ def _reads_and_writes(
     seen = {id(t) for t in reads + writes}
     writes += [t for t in _tensors(out) if id(t) not in seen]
     return _distinct(reads), _distinct(writes)
+
+
+def _given(func: Any, name: str, args: Any, kwargs: dict[str, Any]) -> Any:
+    """The value ``func`` was given for its argument ``name`` (``None`` if none)."""
+    for k, arg in enumerate(tc.op_arguments(func)):
+        if arg.name == name:
+            return args[k] if k < len(args) else kwargs.get(name)
+    return None
 
 
 def _tensors(tree: Any) -> list[Tensor]:

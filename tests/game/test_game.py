@@ -153,7 +153,10 @@ def test_bad_losses_raise_naming_the_player_and_change_nothing(bad, match, algo)
         (lambda: gameopt.CGD(0.1), "first"),
     ],
 )
-def test_non_finite_field_refuses_the_step_and_changes_nothing(make, where) -> None:
+@pytest.mark.parametrize("verdict", ["host", "device"])
+def test_non_finite_field_refuses_the_step_and_changes_nothing(make, where, verdict) -> None:
+    """Under the device verdict the error surfaces at ``synchronize`` (a linearization's
+    own check, on the host, still raises in the step)."""
     tg = GAMES["bilinear"]()
     armed = {"on": False, "calls": 0}
 
@@ -165,17 +168,19 @@ def test_non_finite_field_refuses_the_step_and_changes_nothing(make, where) -> N
         return [f, -f]
 
     tg.losses_fn = losses
-    game = tg.build(make())
+    game = tg.build(make(), verdict=verdict)
     game.step()
     game.step()
+    game.synchronize()
     before_params, before_state = tg.params(), copy.deepcopy(game.state_dict())
     armed.update(on=True, calls=0)
     with pytest.raises(gameopt.NonFiniteError, match="not finite"):
         game.step()
+        game.synchronize()
     for a, b in zip(tg.params(), before_params):
         assert torch.equal(a, b)
     assert_same_state(game.state_dict(), before_state)
-    if where == "first" and isinstance(game.algorithm, gameopt.Extragradient):
+    if where == "first" and isinstance(game.algorithm, gameopt.Extragradient) and verdict == "host":
         assert armed["calls"] == 1  # never evaluated at a non-finite extrapolated point
 
 

@@ -1,0 +1,294 @@
+"""``Game(verdict="device")`` (issue #35, item 2): a step's verdict stays on the device,
+a refused step is undone there, and its NonFiniteError surfaces by the end of the next
+step or at ``game.synchronize()``. On the CPU, as on a GPU: the same code path, with
+the host's reads counted (gameopt.testing.traffic)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import gameopt
+from benchmarks import traffic
+from gameopt.testing import ALGORITHMS, learning_rates
+from gameopt.testing.traffic import count
+
+F64 = torch.float64
+
+#: every first-order algorithm of the shared table, and RMSProp
+TABLE = {a.name: a.make for a in ALGORITHMS} | {"SimGD-RMSProp": lambda lr: gameopt.SimGD(lr, update=gameopt.RMSProp())}
+
+
+class Switch:
+    """Losses that turn NaN while ``on``."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+def three_players(verdict: str, make, dtype: torch.dtype = F64, switch: Switch | None = None):
+    """A general-sum game of three players (quadratic and a tanh coupling), its
+    parameters, and a switch that makes its losses NaN."""
+    torch.manual_seed(0)
+    ws = [nn.Parameter(torch.randn(4, dtype=dtype)) for _ in range(3)]
+    a = torch.randn(4, 4, dtype=dtype)
+    switch = switch or Switch()
+
+    def losses() -> tuple[Tensor, ...]:
+        x, y, z = ws
+        nan = float("nan") if switch.on else 1.0
+        return (
+            (x @ a @ y + 0.1 * (x * x).sum()) * nan,
+            -(x @ a @ y) + torch.tanh(y @ z) + 0.1 * (y * y).sum(),
+            (z - x).pow(2).sum() * 0.5,
+        )
+
+    players = [gameopt.Player([w], name=n) for w, n in zip(ws, "xyz")]
+    return gameopt.Game(players, losses, algorithm=make(learning_rates(3)), verdict=verdict), ws, switch
+
+
+def same(a, b) -> bool:
+    """Equal nested state dicts, tensors bit for bit."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, Tensor):
+        return isinstance(b, Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("name", list(TABLE))
+def test_the_device_verdict_takes_the_host_verdicts_steps_bit_for_bit(name: str, dtype: torch.dtype) -> None:
+    host, hw, _ = three_players("host", TABLE[name], dtype)
+    device, dw, _ = three_players("device", TABLE[name], dtype)
+    for _ in range(6):
+        host.step()
+        device.step()
+    device.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(hw, dw))
+    assert same(host.state_dict(), device.state_dict())
+
+
+@pytest.mark.parametrize("name", ["OptimisticAdam", "Extragradient", "Lookahead"])
+def test_a_refused_step_changes_nothing_and_raises_at_the_end_of_the_next_step(name: str) -> None:
+    game, ws, switch = three_players("device", TABLE[name])
+    for _ in range(3):
+        game.step()
+    game.synchronize()
+    before = copy.deepcopy(game.state_dict())
+    points = [w.detach().clone() for w in ws]
+    switch.on = True
+    game.step()  # refused on the device: nothing read, nothing raised yet
+    assert all(torch.equal(w, p) for w, p in zip(ws, points))  # the point never moved
+    switch.on = False
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 4 .*not finite.*the step after it was refused with it"):
+        game.step()  # a good step, refused with the one before it
+    assert all(torch.equal(w, p) for w, p in zip(ws, points))
+    assert same(game.state_dict(), before)
+    game.step()  # and on it goes, from where step 4 began
+    game.synchronize()
+    reference, rws, _ = three_players("host", TABLE[name])
+    for _ in range(4):
+        reference.step()
+    assert all(torch.equal(a, b) for a, b in zip(ws, rws))
+
+
+def test_synchronize_raises_the_last_steps_refusal_once() -> None:
+    game, ws, switch = three_players("device", TABLE["SimGD-momentum"])
+    game.step()
+    before = copy.deepcopy(game.state_dict())
+    switch.on = True
+    game.step()
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 \(its verdict read now.*non-finite losses: x\)"):
+        game.synchronize()
+    assert same(game.state_dict(), before)
+    game.synchronize()  # read once: nothing more to raise
+    switch.on = False
+    game.step()
+    game.synchronize()
+
+
+def test_a_call_that_reads_the_game_first_reads_the_verdict_and_the_next_step_raises_it() -> None:
+    """``state_dict`` after a refused step, not yet read, is the state the step started
+    from (the verdict read first); the refusal is raised by the next step, which then
+    does nothing."""
+    game, ws, switch = three_players("device", TABLE["AltGD-Adam"])
+    game.step()
+    game.synchronize()
+    before = copy.deepcopy(game.state_dict())
+    switch.on = True
+    game.step()
+    switch.on = False
+    assert same(game.state_dict(), before)
+    points = [w.detach().clone() for w in ws]
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.step()
+    assert all(torch.equal(w, p) for w, p in zip(ws, points))
+    assert same(game.state_dict(), before)
+
+
+def test_a_refused_step_puts_back_the_module_buffers_it_and_the_next_step_moved() -> None:
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2)).double()
+    disc = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1)).double()
+    switch = Switch()
+
+    def losses() -> tuple[Tensor, Tensor]:
+        real, fake = disc(torch.randn(16, 2, dtype=F64)), disc(gen(torch.randn(16, 2, dtype=F64)))
+        g = nn.functional.softplus(-fake).mean()
+        return g * (float("nan") if switch.on else 1.0), (
+            nn.functional.softplus(-real).mean() + nn.functional.softplus(fake).mean()
+        )
+
+    game = gameopt.Game([gen, disc], losses, algorithm=gameopt.Extragradient(0.05), verdict="device")
+    game.step()
+    game.synchronize()
+    before = copy.deepcopy(game.state_dict())
+    stats = [b.clone() for b in (*gen.buffers(), *disc.buffers())]
+    switch.on = True
+    game.step()
+    switch.on = False
+    with pytest.raises(gameopt.NonFiniteError):
+        game.step()
+    assert all(torch.equal(a, b) for a, b in zip(stats, (*gen.buffers(), *disc.buffers())))
+    assert same(game.state_dict(), before)
+
+
+def test_a_new_point_that_may_overflow_is_refused_on_the_device() -> None:
+    w = nn.Parameter(torch.full((3,), 3e38))
+    v = nn.Parameter(torch.ones(3))
+    game = gameopt.Game(
+        [gameopt.Player([w], name="w"), gameopt.Player([v], name="v")],
+        lambda: (-(w * 1e37).sum() / 1e37, (v * v).sum()),
+        algorithm=gameopt.SimGD(1e38),
+        verdict="device",
+    )
+    game.step()
+    with pytest.raises(gameopt.NonFiniteError, match=r"new point of 'w', 'v' may overflow float32"):
+        game.synchronize()
+    assert torch.equal(w.detach(), torch.full((3,), 3e38)) and torch.equal(v.detach(), torch.ones(3))
+
+
+def test_a_point_written_outside_the_game_is_read_again_and_refused_if_not_finite() -> None:
+    game, ws, _ = three_players("device", TABLE["SimGD"])
+    game.step()
+    game.synchronize()
+    with torch.no_grad():
+        ws[1][0] = float("inf")  # an in-place write: the version counter moves
+    game.step()
+    with pytest.raises(gameopt.NonFiniteError, match=r"not finite"):
+        game.synchronize()
+
+
+def test_an_extrapolated_point_that_is_not_finite_refuses_the_step() -> None:
+    """Extragradient's point w − η ξ overflows float32 while ξ is finite: the host
+    verdict refuses it before evaluating there; the device verdict evaluates there,
+    and refuses the step for it (its first failed check)."""
+    w = nn.Parameter(torch.full((2,), 3e38))
+    v = nn.Parameter(torch.zeros(2))
+    players = [gameopt.Player([w], name="w"), gameopt.Player([v], name="v")]
+    game = gameopt.Game(
+        players, lambda: (-(w * 1e38).sum(), (v * v).sum()), algorithm=gameopt.Extragradient(1.0), verdict="device"
+    )
+    game.step()
+    with pytest.raises(gameopt.NonFiniteError, match="a point to evaluate at is not finite"):
+        game.synchronize()
+    assert torch.equal(w.detach(), torch.full((2,), 3e38))
+    host = gameopt.Game(
+        [gameopt.Player([w], name="w"), gameopt.Player([v], name="v")],
+        lambda: (-(w * 1e38).sum(), (v * v).sum()),
+        algorithm=gameopt.Extragradient(1.0),
+    )
+    with pytest.raises(gameopt.NonFiniteError, match="a point to evaluate at is not finite"):
+        host.step()
+
+
+def test_the_move_bumps_the_version_counter_as_an_in_place_add() -> None:
+    """A graph that saved a parameter before the step sees that it moved (autograd's
+    error, not a silently wrong gradient): ``_fused_sgd_`` moves no counter itself."""
+    game, ws, _ = three_players("device", TABLE["SimGD"])
+    stale = (ws[0] * ws[0]).sum()
+    game.step()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        stale.backward()
+
+
+@pytest.mark.parametrize(
+    "kwargs, what",
+    [
+        ({"on_nonfinite": "skip"}, "on_nonfinite='skip'"),
+        ({"loss_scale": gameopt.DynamicLossScale()}, "a loss scale"),
+    ],
+)
+def test_what_the_device_verdict_does_not_cover_is_refused_when_the_game_is_built(kwargs, what) -> None:
+    x = nn.Parameter(torch.ones(2))
+    y = nn.Parameter(torch.ones(2))
+    with pytest.raises(ValueError, match=f"verdict='device' does not cover {what}"):
+        gameopt.Game([x, y], lambda: ((x * y).sum(), -(x * y).sum()), verdict="device", **kwargs)
+
+
+def test_feasible_sets_and_complex_players_are_refused_under_the_device_verdict() -> None:
+    x = nn.Parameter(torch.ones(2))
+    y = nn.Parameter(torch.ones(2))
+    player = gameopt.Player([x], constraint=gameopt.constraints.Box(-1.0, 1.0))
+    with pytest.raises(ValueError, match=r"does not cover feasible sets"):
+        gameopt.Game([player, y], lambda: ((x * y).sum(), -(x * y).sum()), verdict="device")
+    z = nn.Parameter(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(ValueError, match=r"does not cover complex players"):
+        gameopt.Game([z, y], lambda: ((z.abs() ** 2).sum() * y.sum(), -(y * y).sum()), verdict="device")
+    with pytest.raises(ValueError, match="verdict must be 'host' or 'device'"):
+        gameopt.Game([x, y], lambda: ((x * y).sum(), -(x * y).sum()), verdict="gpu")
+
+
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient", "SimGD + Adam", "SimGD + Momentum"])
+def test_a_step_under_the_device_verdict_reads_nothing_but_the_verdict_of_the_step_before(name: str) -> None:
+    """No host read inside the step: its first step reads nothing, each later one only
+    the step before's verdict (on a GPU, from pinned memory, after an event)."""
+    make, _ = traffic.ROWS[name]
+    x, y, losses = traffic.bilinear(1 << 12)
+    game = gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=make(), verdict="device")
+    with gameopt.debug.enabled_in(False):
+        first = count(game.step, 1 << 12, warmup=0)
+        later = count(game.step, 1 << 12, warmup=1)
+    assert first.syncs == 0, first.names
+    assert later.syncs == 1 and later.names.get("_local_scalar_dense") == 1, later.names
+    host_x, host_y, host_losses = traffic.bilinear(1 << 12)
+    host = gameopt.Game([gameopt.Player([host_x]), gameopt.Player([host_y])], host_losses, algorithm=make())
+    with gameopt.debug.enabled_in(False):
+        host.step()
+        mine = count(host.step, 1 << 12)
+    # the same passes over memory: the verdict's read (a norm for the host's dot), the
+    # move (one fused add for the host's add_)
+    assert later.touched == mine.touched, (later.names, mine.names)
+
+
+# ------------------------------------- the host verdict's overflow case, on the device
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("rule", [None, gameopt.Adam])
+def test_a_finite_step_whose_new_point_overflows_is_refused_on_the_device(dtype, rule) -> None:
+    """tests/game/test_commit_loadable.py's overflow case: 'gen' ascends its sum from
+    a point near its dtype's largest value."""
+    big, lr = {torch.float16: (65000.0, 1000.0), torch.bfloat16: (3e38, 1e38), torch.float32: (3e38, 1e38)}[dtype]
+    x = nn.Parameter(torch.zeros(3, dtype=dtype))
+    y = nn.Parameter(torch.ones(2, dtype=dtype))
+    algorithm = gameopt.SimGD(lr) if rule is None else gameopt.SimGD(lr, update=rule())
+    game = gameopt.Game(
+        [gameopt.Player([x], name="gen"), gameopt.Player([y], name="disc")],
+        lambda: (-x.sum(), (y.float() ** 2).sum().to(dtype)),
+        algorithm=algorithm,
+        verdict="device",
+    )
+    with torch.no_grad():
+        x[1] = big
+    before, state = copy.deepcopy(game.state_dict()), game.algorithm_state
+    game.step()
+    name = str(dtype).removeprefix("torch.")
+    with pytest.raises(gameopt.NonFiniteError, match=rf"the new point of 'gen', 'disc' may overflow {name}"):
+        game.synchronize()
+    assert game.algorithm_state is state  # put back: the state the step started from
+    assert same(game.state_dict(), before)
