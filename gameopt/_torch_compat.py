@@ -117,13 +117,16 @@ foreach_copy_ = _foreach("copy_")
 def fused_add_unless_(x: Tensor, d: Tensor, alpha: float, found_inf: Tensor) -> None:
     """In place, ``x += alpha · d`` unless ``found_inf`` (a 0-d float32 tensor on
     ``x``'s device) is nonzero, decided on the device: ``torch._fused_sgd_`` with
-    ``lr = −alpha`` (``x − (−alpha)·d`` is ``x + alpha·d`` bit for bit in float32 and
-    float64; half precision rounds once, in float32), the kernel that skips a step
-    when a ``GradScaler`` found an overflow; ``x``'s version counter moves by one as
-    with an in-place add (the kernel leaves it). Checked on 2.4.1, 2.13.0, 2.14.1, on the CPU. Fallback:
-    ``torch.where`` (a temporary and a copy)."""
+    ``lr = −alpha``, the kernel that skips a step when a ``GradScaler`` found an
+    overflow; ``x``'s version counter moves by one as with an in-place add (the kernel
+    leaves it). On the CPU, ``x − (−alpha)·d`` is ``x + alpha·d`` bit for bit in float32
+    and float64; the CUDA kernel forms ``alpha·d`` in double. Checked on 2.4.1, 2.13.0,
+    2.14.1. The CPU kernel for float16 and bfloat16 writes wrong values (torch 2.13:
+    vectors of 16 elements or more left unmoved or garbled), so there, as where the
+    kernel is missing: ``torch.where`` (a temporary and a copy; the host verdict's
+    rounding)."""
     fused = getattr(torch, "_fused_sgd_", None)
-    if fused is not None and not PUBLIC_ONLY:
+    if fused is not None and not PUBLIC_ONLY and not (x.is_cpu and x.dtype in (torch.float16, torch.bfloat16)):
         fused(
             [x], [d], [], weight_decay=0.0, momentum=0.0, lr=-alpha, dampening=0.0,
             nesterov=False, maximize=False, is_first_step=False, found_inf=found_inf,

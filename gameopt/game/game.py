@@ -125,8 +125,13 @@ class Game:
             parameters move only where the verdict takes the step, decided on the
             device, and a refused step is undone and its :class:`NonFiniteError`
             raised by the end of the next step (refused with it) or by
-            :meth:`synchronize`. For games on one device, without feasible sets,
-            data parallelism, sharding, a loss scale or ``on_nonfinite="skip"``.
+            :meth:`synchronize`; a call that reads or replaces the game's state
+            reads the verdict first (a load and a new algorithm raise a refusal read
+            there before they change anything). Points to evaluate at are checked with
+            the rest, not before: an extrapolation that is not finite is evaluated,
+            and the step refused. For games of real players on one device, without
+            feasible sets, data parallelism, sharding, a loss scale or
+            ``on_nonfinite="skip"``.
 
     A game refuses a starting point that is not finite and parameters on the
     ``meta`` device (``ValueError``); a refused game changes nothing it was given
@@ -152,11 +157,7 @@ class Game:
     """
 
     _algorithm: Algorithm
-    #: the algorithm's state, the run's memory (a plain dict typed by the
-    #: algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
-    #: the new one after the step's checks, carries it across re-layouts and
-    #: checkpoints it. Read it; replacing it changes what the next step starts from.
-    algorithm_state: Any
+    _algorithm_state: Any
 
     def __init__(
         self,
@@ -226,23 +227,57 @@ class Game:
             raise
 
     @property
+    def algorithm_state(self) -> Any:
+        """The algorithm's state, the run's memory (a plain dict typed by the
+        algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
+        the new one after the step's checks, carries it across re-layouts and
+        checkpoints it. Read it; replacing it changes what the next step starts from.
+        Under the device verdict, reading or replacing it outside a step reads the
+        last step's verdict first (:meth:`synchronize` raises a refusal read here)."""
+        if self._pending is not None:
+            self._settle()
+        return self._algorithm_state
+
+    @algorithm_state.setter
+    def algorithm_state(self, state: Any) -> None:
+        if self._pending is not None:
+            self._settle()
+        self._algorithm_state = state
+
+    @property
     def verdict(self) -> str:
-        """Where a step's verdict is formed, ``"host"`` or ``"device"`` (see the class)."""
+        """Where a step's verdict is formed, ``"host"`` or ``"device"`` (see the class).
+        Assigning another reads the last step's verdict first (a refusal read there is
+        raised by the next step or :meth:`synchronize`), and is refused (``ValueError``,
+        nothing changed) for what the device verdict does not cover."""
         return self._verdict
 
+    @verdict.setter
+    @_one_at_a_time
+    def verdict(self, verdict: str) -> None:
+        self._refuse_in_step("game.verdict = ...")
+        if verdict not in ("host", "device"):
+            raise ValueError(f"verdict must be 'host' or 'device', got {verdict!r}")
+        self._settle()
+        old, self._verdict = self._verdict, verdict
+        try:
+            self._check_verdict()
+        except ValueError:
+            self._verdict = old
+            raise
+
     def _check_verdict(self) -> None:
-        """Refuse (``ValueError``) what the device verdict does not cover."""
+        """Refuse (``ValueError``) what the device verdict does not cover: checked when
+        the game is built, when ``verdict`` is assigned, and before each step (a setting
+        changed since, or players that changed into a layout it does not cover)."""
         if self._verdict != "device":
             return
-        devices = {key[0] for key in self.layout.keys}
         refused = [
             ("on_nonfinite='skip'", self.on_nonfinite == "skip"),
             ("a loss scale", self.loss_scale is not None),
             ("a process group", self._parallel is not None),
             ("sharded players", self._shards is not None),
-            ("feasible sets (constraints)", bool(self._moves.constrained)),
-            (f"players on {len(devices)} devices", len(devices) > 1),
-            ("complex players", any(key[1].is_complex for key in self.layout.keys)),
+            (self._layout_gap, self._layout_gap is not None),
         ]
         for what, present in refused:
             if present:
@@ -250,6 +285,17 @@ class Game:
                     f"verdict='device' does not cover {what} yet: the step's verdict is read on the host there "
                     "(verdict='host')"
                 )
+
+    def _layout_gap_now(self) -> str | None:
+        """What of the layout the device verdict does not cover (``None``: nothing)."""
+        devices = {key[0] for key in self.layout.keys}
+        if self._moves.constrained:
+            return "feasible sets (constraints)"
+        if len(devices) > 1:
+            return f"players on {len(devices)} devices"
+        if any(key[1].is_complex for key in self.layout.keys):
+            return "complex players"
+        return None
 
     def _start(self, algorithm: Algorithm) -> None:
         """Bind ``algorithm`` (``self.optimizer``, its state), then make the starting
@@ -282,6 +328,7 @@ class Game:
     def algorithm(self, algorithm: Algorithm) -> None:
         self._refuse_in_step("game.algorithm = ...")
         self._settle()  # the state a refused step started from, before it is replaced
+        self._raise_refusal()  # said before anything changes
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
         with deferred_interrupts():  # the algorithm, its state and the optimizer change together
@@ -467,6 +514,7 @@ class Game:
         self._vectors = StepVectors(self.layout)
         self._watch = relayout.Watch(self.players)
         self._moves = Moves(self.layout, self.players, agree=None if self._shards is None else self._shards.agree)
+        self._layout_gap = self._layout_gap_now()  # (see _check_verdict)
         # a move is one write (Moves.move: one add into the one group), so that a commit that
         # changes nothing else cannot be torn by an interrupt
         self._one_write = len(self.layout.data) == 1 and not self._moves.constrained and self._parallel is None
@@ -493,16 +541,21 @@ class Game:
         """Follow the players: when one changed (its module converted or edited, its
         storage left the joint one), refresh the players and rebuild the layout,
         keeping parameter values and the algorithm state (by parameter). Nothing to do
-        while the watch is intact, the cheap check of every step."""
+        while the watch is intact, the cheap check of every step. Under the device
+        verdict, the last step's verdict is read first (outside a step), so that a
+        refused step is undone in the layout it ran in; a new layout that the device
+        verdict does not cover is refused (``ValueError``) at the next step."""
+        if self._pending is not None:
+            self._settle()
         if self._watch.intact():
             return
         with deferred_interrupts():  # players, layout and state follow together
             if not relayout.refresh(self.players, self.layout, self._watch):
                 return
-            parts = relayout.take_apart(self.algorithm_state, self.layout)
+            parts = relayout.take_apart(self._algorithm_state, self.layout)
             self._build_layout()
             fresh = self.algorithm.init_state(self)
-            self.algorithm_state = self.algorithm._carry_state(parts, fresh, relayout.ParameterCarry(self.layout))
+            self._algorithm_state = self.algorithm._carry_state(parts, fresh, relayout.ParameterCarry(self.layout))
             self.algorithm._refresh_params(self)
         log.info("game storage rebuilt after a player changed; algorithm state follows each parameter")
 
@@ -514,7 +567,6 @@ class Game:
         point the step is evaluating, with the parameters registered in their modules
         and storage of its own, leaving the step as it was (:mod:`.reentry`)."""
         if not self.stepping:
-            self._settle()
             self._refresh()
             yield self._problem, self.layout.grad
             return
@@ -600,8 +652,10 @@ class Game:
         (``.grad``) serve as scratch space during a step; read ξ with
         :meth:`vector_field`.
         Raises :class:`NonFiniteError` (nothing changed) when a vector field or the
-        update is not finite, unless ``on_nonfinite="skip"``. Any error leaves the
-        parameters, the algorithm state and the module buffers as they were.
+        update is not finite, unless ``on_nonfinite="skip"``; under
+        ``verdict="device"``, by the end of the next step or at :meth:`synchronize`
+        (see the class). Any error leaves the parameters, the algorithm state and the
+        module buffers as they were.
 
         The step itself is :meth:`step_closure`, with the losses bound to these
         arguments. It runs through ``game.optimizer.step(closure)`` (its hooks, the
@@ -636,16 +690,12 @@ class Game:
             # a step other than this one
             raise reentry.refused("a step (game.step(), game.optimizer.step())")
         if not self._watch.intact():
-            self._settle_now()  # the state a refused step started from, before it is carried
-            if self._refusal is None:
-                self._refresh()
-                self._check_verdict()
-        if self._refusal is not None:  # read before this step (by state_dict, say): raised here, nothing run
-            refusal, self._refusal = self._refusal, None
-            raise refusal
+            self._refresh()  # (the verdict of the step before read first: see _refresh)
+        self._raise_refusal()  # read before this step (by state_dict, say): raised here, nothing run
+        self._check_verdict()
         algorithm = self._algorithm
         oracle = StepOracle(self._step_context, closure, algorithm.evaluates_once)
-        old = kept = self.algorithm_state
+        old = kept = self._algorithm_state
         buffers = self._buffer_copies.save(self._buffer_registries)  # put back if the step fails
         checks = self._moves.checks = Checks(self.layout.data[0].device) if self._verdict == "device" else None
         committed = False
@@ -669,8 +719,8 @@ class Game:
                 else:  # moved where the verdict takes it; what the step started from kept till it is read
                     self._moves.move_unless(self.layout.data, delta, found_inf, empty=oracle.empty)
                     self._moves.settle_bounds(found_inf)
-                    pending = Pending(found_inf, passed, checks.whys, old, buffers, self._steps)
-                self.algorithm_state = kept = new_state
+                    pending = Pending(found_inf, passed, checks.whys, old, buffers, self._steps, self._buffer_keys())
+                self._algorithm_state = kept = new_state
                 committed = True
                 self._after_step()
                 if checks is not None:
@@ -696,7 +746,7 @@ class Game:
             # vectors live within the step only
             if self._vectors.lent:
                 if checks is not None:
-                    held_state = [self.algorithm_state, self._pending.state if self._pending is not None else None]
+                    held_state = [self._algorithm_state, self._pending.state if self._pending is not None else None]
                     self._vectors.keep_only(tensors_in(held_state))
                 else:
                     self._vectors.keep_only(new_tensors if kept is not old else tensors_in(old))
@@ -714,18 +764,32 @@ class Game:
         if self.stepping:
             raise reentry.refused("game.synchronize()")
         self._settle()
+        self._raise_refusal()
+
+    def _raise_refusal(self) -> None:
+        """Raise (once) a refusal read before: by ``state_dict``, ξ, a re-layout."""
         if self._refusal is not None:
             refusal, self._refusal = self._refusal, None
             raise refusal
+
+    def _buffer_keys(self) -> list[tuple[dict[str, Any], str]]:
+        """(registry, name) of each module buffer, in the order ``BufferCopies.save``
+        saves them: where to put a saved copy back, whatever tensor holds the name by
+        then (a module converted since holds new ones)."""
+        return [
+            (registry, name) for registry in self._buffer_registries for name, b in registry.items() if b is not None
+        ]
 
     def _hand_over(self, pending: Pending) -> None:
         """A step just committed under the device verdict: it becomes the pending one
         (the next step saves the module buffers into the other copies), and the step
         before it, pending till now, has its verdict read: if refused, everything since
         it began is undone (this step was refused with it) and its error raised."""
-        before, self._pending = self._pending, pending
+        before = self._pending
+        why = before.read() if before is not None else None
+        self._pending = pending
         self._buffer_copies, self._spare_copies = self._spare_copies, self._buffer_copies
-        if before is not None and (why := before.read()) is not None:
+        if before is not None and why is not None:
             raise self._undo(before, why)
 
     def _settle(self) -> None:
@@ -737,9 +801,14 @@ class Game:
         """Read the pending step's verdict (waiting for it): taken, it is forgotten;
         refused, the step is undone (:meth:`_undo`) and its error kept for the next
         step or :meth:`synchronize` to raise."""
-        pending, self._pending = self._pending, None
-        if pending is not None and (why := pending.read()) is not None:
-            self._refusal = self._undo(pending, why)
+        pending = self._pending
+        if pending is None:
+            return
+        why = pending.read()  # (a Ctrl-C while it waits leaves it pending)
+        with deferred_interrupts():
+            self._pending = None
+            if why is not None:
+                self._refusal = self._undo(pending, why)
 
     def _undo(self, pending: Pending, why: str) -> NonFiniteError:
         """Put the game back where the refused step ``pending`` began: its algorithm
@@ -747,8 +816,8 @@ class Game:
         later step's: a refusal is sticky until read); returns its error."""
         with deferred_interrupts():
             self._pending = None
-            self.algorithm_state = pending.state
-            restore_buffers(pending.buffers)
+            self._algorithm_state = pending.state
+            restore_buffers(pending.buffers_now())
             later = self._steps - pending.step - 1
             self._steps = pending.step
             self._moves.forget_bounds()
@@ -845,17 +914,20 @@ class Game:
         loads that rank's values). The module buffers are saved as DCP saves an FSDP
         module's: as replicated, rank 0's."""
         start = None
+        state = None
         if not self.stepping:
-            self._settle()
-            self._refresh()
+            self._refresh()  # (the verdict of the last step read first: see _refresh)
+            state = self._algorithm_state
         else:
             assert self._step_buffers is not None  # held while a step runs
-            start = reentry.step_start(self.layout, self._moves.backup, self._step_buffers)
-        out = checkpoint.state_dict(
-            self.players, self.algorithm, self.algorithm_state, self.skipped_steps, self.loss_scale, start
-        )
+            buffers, state = self._step_buffers, self._algorithm_state
+            pending = self._pending  # the step before this one, its verdict unread: read here
+            if pending is not None and pending.read() is not None:  # refused: as it began
+                buffers, state = pending.buffers, pending.state
+            start = reentry.step_start(self.layout, self._moves.backup, buffers)
+        out = checkpoint.state_dict(self.players, self.algorithm, state, self.skipped_steps, self.loss_scale, start)
         if self._shards is not None:
-            out = saved_form(out, self.players, self.layout, self.algorithm_state)
+            out = saved_form(out, self.players, self.layout, state)
         return out
 
     @_one_at_a_time
@@ -871,8 +943,7 @@ class Game:
         ``gameopt.game.sharded_checkpoint.local_form``). With sharded players, the verdict is agreed
         by every rank: one rank's shard that does not fit refuses the load on all."""
         if not self.stepping:
-            self._settle()
-            self._refresh()
+            self._refresh()  # (the verdict of the last step read first: see _refresh)
         if self._shards is None:
             checkpoint.check_state_dict(state_dict, self.players, self.algorithm, self.algorithm_state, self.loss_scale)
             return state_dict
@@ -897,6 +968,8 @@ class Game:
         raises its ``KeyboardInterrupt`` once it is done. Refused (``RuntimeError``,
         nothing changed) from inside a running step."""
         self._refuse_in_step("game.load_state_dict()")
+        self._settle()
+        self._raise_refusal()  # a refused step of the run this load replaces: said before anything changes
         local = self._loadable(state_dict)
         with deferred_interrupts():
             self.skipped_steps, self.algorithm_state = checkpoint.load_state_dict(
@@ -953,6 +1026,7 @@ class Game:
                     continue
                 fresh = _FRESH_LOCKS.get(type(value))  # a lock of its own, never held
                 setattr(new, key, fresh() if fresh is not None else copy.deepcopy(value, memo))
+            new._pending, new._refusal = None, None  # a refusal read here is this game's to raise
             new.losses = copy_callable(self.losses, memo)  # after the players: a closure over them takes the copies
             new._build_layout()
             new.algorithm = copy.deepcopy(self._algorithm, memo)  # an unbound copy, bound here
@@ -980,7 +1054,8 @@ _REBUILT = frozenset(
         "_moves",
         "_step_context",
         "_algorithm",
-        "algorithm_state",
+        "_algorithm_state",
+        "_pending",
         "optimizer",
     }
 )
@@ -1071,7 +1146,7 @@ def _check_update(
         if read is None:
             raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
     else:
-        read = checks.finite(tensors, lambda: oracle.not_finite_message("the vector field ξ or the update"))
+        read = checks.finite(tensors, oracle.message_later("the vector field ξ or the update"))
     bounds: Sequence[Any] = read if known is None else _merged(known, read)
     # max|factor · d| <= max|factor| · max|d|, up to one rounding
     factors = moves.layout.factor_bounds(delta.factors) if isinstance(delta, Scaled) else [1.0] * len(bounds)

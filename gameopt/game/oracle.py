@@ -117,7 +117,7 @@ class StepOracle:
         else:
             evaluate = functools.partial(autodiff.vector_field, context.problem, which, self.closure, self.scale)
             with (
-                context.moves.at(at, along, lambda: self.not_finite_message("a point to evaluate at")),
+                context.moves.at(at, along, self.message_later("a point to evaluate at")),
                 context.together(),
                 self.evaluations(plain=at is None and along is None) as own,
             ):
@@ -190,15 +190,14 @@ class StepOracle:
 
     def not_finite_message(self, what: str) -> str:
         """An error message: ``what`` is not finite, with the players whose losses were not."""
-        bad = [
-            p.name
-            for i, p in enumerate(self._context.players)
-            if any(not torch.isfinite(losses[i]).all() for losses in self._all_losses if i < len(losses))
-        ]
-        hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
-        if not bad and self._context.parallel:
-            hint = " (on another rank: its losses failed or were not finite)"
-        return f"{what} is not finite{hint}; the step was refused and nothing changed"
+        return self.message_later(what)()
+
+    def message_later(self, what: str) -> Callable[[], str]:
+        """:meth:`not_finite_message`, formed when called: it holds the step's losses
+        (detached) and the players' names, not the oracle (whose closure holds the
+        step's arguments, a batch say), for a verdict read after the step."""
+        names = [p.name for p in self._context.players]
+        return functools.partial(_not_finite_message, what, names, self._all_losses, self._context.parallel)
 
     def moved(self, delta: Step, at: Vec | None = None) -> Vec:
         """A new vector (the caller's): the point reached from the current point (or ``at``)
@@ -225,3 +224,17 @@ class StepOracle:
     def scale_(self, vec: Vec, factors: Sequence[float]) -> Vec:
         """In place: each player's part of ``vec`` times its factor."""
         return self.layout.scale_(vec, factors)
+
+
+def _not_finite_message(what: str, names: Sequence[str], all_losses: Sequence[Sequence[Tensor]], parallel: bool) -> str:
+    """``what`` is not finite, with the players whose losses (of each evaluation:
+    ``all_losses``) were not."""
+    bad = [
+        name
+        for i, name in enumerate(names)
+        if any(not torch.isfinite(losses[i]).all() for losses in all_losses if i < len(losses))
+    ]
+    hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
+    if not bad and parallel:
+        hint = " (on another rank: its losses failed or were not finite)"
+    return f"{what} is not finite{hint}; the step was refused and nothing changed"

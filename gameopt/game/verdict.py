@@ -7,12 +7,15 @@ anything. With the device verdict nothing is read: each check is a 0-d tensor on
 the device (:class:`Checks`), the step's verdict their ``any`` (a float ``found_inf``,
 as ``torch.optim``'s fused optimizers take it), and the parameters move with
 ``torch._fused_sgd_``, which skips the move on the device when the verdict refuses
-it. The step commits its new algorithm state on the host, keeping the state, the
-module buffers and the losses it started from (:class:`Pending`) until its verdict
-is read: by the end of the next step (whose own move the verdict refuses too: a
-refusal is sticky until it is read) or :meth:`~gameopt.Game.synchronize`. A refused
-step is then undone (the state and buffers it started from put back; its point never
-moved) and :class:`~gameopt.NonFiniteError` raised.
+it (``gameopt._torch_compat.fused_add_unless_``). The step commits its new
+algorithm state on the host, keeping the state and the module buffers it started
+from and its losses (:class:`Pending`) until its verdict is read: by the end of the
+next step (whose own move the verdict refuses too: a refusal is sticky until it is
+read), by :meth:`~gameopt.Game.synchronize`, or first thing by any call that reads or
+replaces the game's state. A refused step is then undone (the state and buffers it
+started from put back, into the tensors that hold the buffers' names then; its point
+never moved) and :class:`~gameopt.NonFiniteError` raised, or kept for the next step,
+``synchronize``, a load or a new algorithm to raise.
 
 On a CUDA device the verdict is copied to pinned host memory as soon as it is
 formed (``non_blocking``) with an event recorded after it, so that reading it at the
@@ -121,17 +124,31 @@ class Pending:
     passed: Tensor
     whys: list[Why]
     state: Any
-    buffers: list[tuple[Tensor, Tensor]]
+    buffers: list[tuple[Tensor, Tensor]]  # (buffer, its saved copy), as BufferCopies.save gives them
     step: int  # the steps the game had taken when it began
+    keys: list[tuple[dict[str, Any], str]]  # each buffer's (registry, name), in the order of ``buffers``
     host: Tensor | None = None  # found_inf, copied to pinned memory (CUDA)
     event: Any = None
 
     def __post_init__(self) -> None:
         if self.found_inf.is_cuda:
-            self.host = torch.empty((), dtype=self.found_inf.dtype, pin_memory=True)
-            self.host.copy_(self.found_inf, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
+            stream = torch.cuda.current_stream(self.found_inf.device)  # the stream the copy is queued on
+            with torch.cuda.stream(stream):
+                self.host = torch.empty((), dtype=self.found_inf.dtype, pin_memory=True)
+                self.host.copy_(self.found_inf, non_blocking=True)
+                self.event = torch.cuda.Event()
+                self.event.record(stream)
+
+    def buffers_now(self) -> list[tuple[Tensor, Tensor]]:
+        """The saved copies with the tensors that hold each buffer's name now (a module
+        converted since, ``.double()`` say, holds new ones; a copy of another shape, a
+        buffer gone, is left out)."""
+        out = []
+        for (registry, name), (_, saved) in zip(self.keys, self.buffers):
+            now = registry.get(name)
+            if now is not None and now.shape == saved.shape:
+                out.append((now, saved))
+        return out
 
     def read(self) -> str | None:
         """Wait for the verdict; ``None`` if the step was taken, else why it was refused."""

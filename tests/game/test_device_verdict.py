@@ -13,6 +13,8 @@ from torch import Tensor, nn
 
 import gameopt
 from benchmarks import traffic
+from gameopt.game.verdict import Pending
+from gameopt.state import tensors_in
 from gameopt.testing import ALGORITHMS, learning_rates
 from gameopt.testing.traffic import count
 
@@ -48,6 +50,18 @@ def three_players(verdict: str, make, dtype: torch.dtype = F64, switch: Switch |
 
     players = [gameopt.Player([w], name=n) for w, n in zip(ws, "xyz")]
     return gameopt.Game(players, losses, algorithm=make(learning_rates(3)), verdict=verdict), ws, switch
+
+
+def refused_step(game: gameopt.Game, switch: Switch) -> dict:
+    """One good step, read; then one refused on the device (its verdict unread).
+    Returns the game's state_dict between the two."""
+    game.step()
+    game.synchronize()
+    before = copy.deepcopy(game.state_dict())
+    switch.on = True
+    game.step()
+    switch.on = False
+    return before
 
 
 def same(a, b) -> bool:
@@ -118,12 +132,7 @@ def test_a_call_that_reads_the_game_first_reads_the_verdict_and_the_next_step_ra
     from (the verdict read first); the refusal is raised by the next step, which then
     does nothing."""
     game, ws, switch = three_players("device", TABLE["AltGD-Adam"])
-    game.step()
-    game.synchronize()
-    before = copy.deepcopy(game.state_dict())
-    switch.on = True
-    game.step()
-    switch.on = False
+    before = refused_step(game, switch)
     assert same(game.state_dict(), before)
     points = [w.detach().clone() for w in ws]
     with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
@@ -292,3 +301,175 @@ def test_a_finite_step_whose_new_point_overflows_is_refused_on_the_device(dtype,
         game.synchronize()
     assert game.algorithm_state is state  # put back: the state the step started from
     assert same(game.state_dict(), before)
+
+
+# ------------------------------------------------------------ a review's findings (each failed before)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["SimGD", "ExtraAdam", "SimGD-momentum"])
+def test_half_precision_players_move_as_under_the_host_verdict(name: str, dtype: torch.dtype) -> None:
+    """torch's CPU ``_fused_sgd_`` writes wrong values in half precision (16 elements
+    or more): the move takes ``torch.where`` there."""
+    results = []
+    for verdict in ("host", "device"):
+        torch.manual_seed(0)
+        x = nn.Parameter(torch.randn(37, dtype=dtype))
+        y = nn.Parameter(torch.randn(37, dtype=dtype))
+        players = [gameopt.Player([x], name="x"), gameopt.Player([y], name="y")]
+        losses = lambda: ((x.float() * y.float()).sum().to(dtype), -(x.float() * y.float()).sum().to(dtype))  # noqa: E731
+        game = gameopt.Game(players, losses, algorithm=TABLE[name]([0.05, 0.05]), verdict=verdict)
+        start = x.detach().clone()
+        for _ in range(3):
+            game.step()
+        game.synchronize()
+        assert not torch.equal(x.detach(), start)
+        results.append((x.detach().clone(), y.detach().clone()))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+class Scalar(nn.Module):
+    def __init__(self, w: Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(w)
+
+
+def test_a_refused_step_is_undone_in_the_layout_it_ran_in_when_a_module_was_converted_since() -> None:
+    """A Jacobian product re-lays out the game (a module converted): the verdict is
+    read first, the state put back in the layout it belongs to, and the game steps on."""
+    torch.manual_seed(0)
+    m0, m1 = Scalar(torch.randn(3)), Scalar(torch.randn(3))
+    switch = Switch()
+
+    def losses() -> tuple[Tensor, Tensor]:
+        x, y = m0.w.double(), m1.w.double()
+        bad = float("nan") if switch.on else 1.0
+        return (x * y).sum() * bad + 0.1 * (x * x).sum(), -(x * y).sum() + 0.1 * (y * y).sum()
+
+    game = gameopt.Game([m0, m1], losses, algorithm=gameopt.SimGD(0.1, update=gameopt.Adam()), verdict="device")
+    game.step()
+    switch.on = True
+    game.step()
+    switch.on = False
+    m0.double()
+    game.jvp([torch.ones(3, dtype=F64), torch.ones(3)])
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.step()
+    game.step()
+    game.synchronize()
+    assert all(torch.isfinite(t).all() for t in tensors_in(game.algorithm_state))
+
+
+def test_a_refused_steps_batch_norm_statistics_go_back_into_a_module_converted_since() -> None:
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    disc = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+    switch = Switch()
+
+    def losses() -> tuple[Tensor, Tensor]:
+        fake = disc(gen(torch.randn(8, 2, dtype=gen[0].weight.dtype)).float())
+        g = nn.functional.softplus(-fake).mean()
+        return g * (float("nan") if switch.on else 1.0), nn.functional.softplus(fake).mean()
+
+    game = gameopt.Game([gen, disc], losses, algorithm=gameopt.SimGD(0.05), verdict="device")
+    game.step()
+    game.synchronize()
+    before = gen[1].running_mean.clone()
+    switch.on = True
+    game.step()
+    switch.on = False
+    gen.double()
+    with pytest.raises(gameopt.NonFiniteError):
+        game.synchronize()
+    assert torch.equal(gen[1].running_mean, before.double())
+
+
+def test_the_optimizer_and_the_algorithm_state_read_the_verdict_first() -> None:
+    """``game.optimizer.state_dict()``, ``game.algorithm_state`` (and so
+    ``Averaging.average()``) see the game as it is: a refused step undone."""
+    game, _, switch = three_players("device", lambda lr: gameopt.Averaging(gameopt.SimGD(lr, update=gameopt.Adam())))
+    game.step()
+    game.synchronize()
+    before = copy.deepcopy(game.optimizer.state_dict())
+    average = [t.clone() for t in game.algorithm.average()]
+    switch.on = True
+    game.step()
+    switch.on = False
+    assert same(game.optimizer.state_dict(), before)
+    assert all(torch.equal(a, b) for a, b in zip(game.algorithm.average(), average))
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.synchronize()
+
+
+def test_a_state_dict_taken_inside_the_step_after_a_refused_one_is_where_the_refused_step_began() -> None:
+    game, ws, switch = three_players("device", TABLE["AltGD-Adam"])
+    before = refused_step(game, switch)
+    taken = {}
+    losses = game.losses
+
+    def saving() -> object:
+        taken.setdefault("sd", copy.deepcopy(game.state_dict()))
+        return losses()
+
+    game.losses = saving
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.step()
+    game.losses = losses
+    assert same(taken["sd"], before)
+
+
+def test_a_ctrl_c_while_the_verdict_is_read_leaves_it_to_be_read_again(monkeypatch) -> None:
+    game, _, switch = three_players("device", TABLE["SimGD"])
+    before = refused_step(game, switch)
+    read = Pending.read
+
+    def interrupted(self: Pending) -> str | None:
+        monkeypatch.setattr(Pending, "read", read)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Pending, "read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        game.synchronize()
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.synchronize()
+    assert same(game.state_dict(), before)
+
+
+def test_a_setting_the_device_verdict_does_not_cover_is_refused_at_the_next_step() -> None:
+    game, ws, _ = three_players("device", TABLE["SimGD"])
+    game.step()
+    game.on_nonfinite = "skip"
+    points = [w.detach().clone() for w in ws]
+    with pytest.raises(ValueError, match=r"does not cover on_nonfinite='skip'"):
+        game.step()
+    assert all(torch.equal(w, p) for w, p in zip(ws, points))
+    with pytest.raises(ValueError, match=r"does not cover on_nonfinite='skip'"):
+        game.verdict = "device"
+    game.verdict = "host"
+    game.step()
+    game.on_nonfinite = "raise"
+    game.verdict = "device"
+    game.step()
+    game.synchronize()
+
+
+def test_a_load_or_a_new_algorithm_raises_a_refusal_read_before_it_and_a_copy_has_none() -> None:
+    game, _, switch = three_players("device", TABLE["SimGD"])
+    game.step()
+    saved = copy.deepcopy(game.state_dict())
+    switch.on = True
+    game.step()
+    switch.on = False
+    twin = copy.deepcopy(game)  # reads the verdict: the refusal is this game's to raise
+    twin.step()
+    twin.synchronize()
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.load_state_dict(saved)
+    game.load_state_dict(saved)
+    switch.on = True
+    game.step()
+    switch.on = False
+    game.state_dict()
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.algorithm = gameopt.SimGD(0.05)
+    game.algorithm = gameopt.SimGD(0.05)
+    game.step()
+    game.synchronize()
