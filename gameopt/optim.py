@@ -104,6 +104,7 @@ class GameOptimizer(torch.optim.Optimizer):
             if game.stepping:
                 raise refused("game.optimizer.load_state_dict()")
             _refuse_sharded(game, "load_state_dict")
+            game.synchronize()  # a refused step of the run this load replaces: said first
             with deferred_interrupts():  # the param groups and the state together
                 game.algorithm_state = self.algorithm.load_state_dict(state_dict, game.algorithm_state)
 

@@ -110,6 +110,8 @@ class Steppable(Protocol):
 
     def step_closure(self, closure: Callable[[], Any]) -> StepLosses: ...
 
+    def synchronize(self) -> None: ...
+
 
 class OracleInterface(Protocol):
     """What an algorithm may ask of the game during one step (the concrete class is

@@ -234,15 +234,18 @@ class Game:
         checkpoints it. Read it; replacing it changes what the next step starts from.
         Under the device verdict, reading or replacing it outside a step reads the
         last step's verdict first (:meth:`synchronize` raises a refusal read here)."""
-        if self._pending is not None:
+        if self._pending is None:
+            return self._algorithm_state
+        with self.lock:  # (a read on another thread waits for a running step)
             self._settle()
-        return self._algorithm_state
+            return self._algorithm_state
 
     @algorithm_state.setter
     def algorithm_state(self, state: Any) -> None:
-        if self._pending is not None:
-            self._settle()
-        self._algorithm_state = state
+        with self.lock:
+            if self._pending is not None:
+                self._settle()
+            self._algorithm_state = state
 
     @property
     def verdict(self) -> str:
@@ -265,6 +268,8 @@ class Game:
         except ValueError:
             self._verdict = old
             raise
+        if verdict != old:
+            self._moves.forget_bounds()  # each verdict's bound on the point is its own
 
     def _check_verdict(self) -> None:
         """Refuse (``ValueError``) what the device verdict does not cover: checked when
@@ -327,8 +332,7 @@ class Game:
     @_one_at_a_time
     def algorithm(self, algorithm: Algorithm) -> None:
         self._refuse_in_step("game.algorithm = ...")
-        self._settle()  # the state a refused step started from, before it is replaced
-        self._raise_refusal()  # said before anything changes
+        self.synchronize()  # a refused step of the run this replaces: said before anything changes
         _check_algorithm(algorithm)
         self._check_fits(algorithm)
         with deferred_interrupts():  # the algorithm, its state and the optimizer change together
@@ -759,8 +763,9 @@ class Game:
         was refused, it is undone (the state and module buffers it started from put
         back; its point never moved) and :class:`NonFiniteError` raised here. A
         refusal read by another call (``state_dict``, ξ: they read the verdict first,
-        so that they see the game as it is) is raised here too, or by the next step.
-        Nothing to do under the host verdict, whose steps raise at once."""
+        so that they see the game as it is) is raised here too, or by the next step; a
+        load and a new algorithm call this first. Nothing to do under the host verdict,
+        whose steps raise at once."""
         if self.stepping:
             raise reentry.refused("game.synchronize()")
         self._settle()
@@ -790,6 +795,7 @@ class Game:
         self._pending = pending
         self._buffer_copies, self._spare_copies = self._spare_copies, self._buffer_copies
         if before is not None and why is not None:
+            restore_buffers(pending.buffers)  # (a buffer that the step before did not have yet)
             raise self._undo(before, why)
 
     def _settle(self) -> None:
@@ -968,8 +974,7 @@ class Game:
         raises its ``KeyboardInterrupt`` once it is done. Refused (``RuntimeError``,
         nothing changed) from inside a running step."""
         self._refuse_in_step("game.load_state_dict()")
-        self._settle()
-        self._raise_refusal()  # a refused step of the run this load replaces: said before anything changes
+        self.synchronize()  # a refused step of the run this load replaces: said before anything changes
         local = self._loadable(state_dict)
         with deferred_interrupts():
             self.skipped_steps, self.algorithm_state = checkpoint.load_state_dict(

@@ -261,8 +261,11 @@ class Moves:
         self._device_next = []
 
     def forget_bounds(self) -> None:
-        """Read every group's bound again at the next step (after a refusal was read)."""
+        """Read every group's bound again at the next step, under either verdict (after
+        a refusal was read, or when the game changes verdicts: each verdict's bounds
+        follow the version counters only while its own steps move them)."""
         self._device_bounds = [None] * len(self._device_bounds)
+        self._versions = [-1] * len(self._versions)
 
     def move_unless(self, w: Vec, delta: Step, found_inf: Tensor, empty: Callable[[], Vec] | None = None) -> None:
         """In place, ``w + delta`` unless ``found_inf`` (a 0-d float32 tensor on the

@@ -83,11 +83,12 @@ _LIMITS: dict[tuple[torch.device, tuple[float, ...]], Tensor] = {}
 def _limits(device: torch.device, limits: tuple[float, ...]) -> Tensor:
     """``limits`` as a float64 tensor on ``device``, made once (no copy to the device per step)."""
     key = (device, limits)
-    if key not in _LIMITS:
-        if len(_LIMITS) > 64:
-            _LIMITS.clear()
-        _LIMITS[key] = torch.tensor(limits, dtype=torch.float64, device=device)
-    return _LIMITS[key]
+    made = _LIMITS.get(key)
+    if made is None:
+        made = torch.tensor(limits, dtype=torch.float64, device=device)
+        if len(_LIMITS) < 256:  # (a few tuples in practice; never cleared: no race between threads)
+            _LIMITS[key] = made
+    return made
 
 
 _CONSTANTS: dict[torch.device, tuple[Tensor, Tensor]] = {}

@@ -473,3 +473,94 @@ def test_a_load_or_a_new_algorithm_raises_a_refusal_read_before_it_and_a_copy_ha
     game.algorithm = gameopt.SimGD(0.05)
     game.step()
     game.synchronize()
+
+
+# ------------------------------------------------------- a second review's findings (each failed before)
+@pytest.mark.parametrize("first, second", [("host", "device"), ("device", "host")])
+def test_a_game_that_changes_verdicts_reads_its_bound_on_the_point_again(first: str, second: str) -> None:
+    """Each verdict keeps its own bound on max|w|: switching back must not trust the
+    bound left from before, or a step that overflows to inf is taken."""
+    w = nn.Parameter(torch.tensor([1.0]))
+    v = nn.Parameter(torch.tensor([0.0]))
+    players = [gameopt.Player([w], name="w"), gameopt.Player([v], name="v")]
+    game = gameopt.Game(players, lambda: (-w.sum(), (v * v).sum()), algorithm=gameopt.SimGD(1.0), verdict=first)
+    game.step()
+    game.verdict = second
+    game.algorithm.param_groups[0]["lr"] = 1e38
+    for _ in range(3):
+        game.step()
+    game.synchronize()
+    game.verdict = first
+    with pytest.raises(gameopt.NonFiniteError, match="overflow"):
+        game.step()
+        game.synchronize()
+    assert torch.isfinite(w).all()
+
+
+def test_the_algorithm_state_read_on_another_thread_waits_for_the_running_step() -> None:
+    """Read during the step after a refused one (from its losses, another thread
+    reads it), the state must not be put back under the running step."""
+    import threading
+
+    game, ws, switch = three_players("device", TABLE["SimGD-momentum"])
+    before = refused_step(game, switch)
+    losses, seen = game.losses, []
+
+    def reading() -> object:
+        if not seen:
+            thread = threading.Thread(target=lambda: seen.append(game.algorithm_state))
+            thread.start()
+            thread.join(timeout=0.2)  # it waits for the step (the game's lock)
+            seen.append(thread)
+        return losses()
+
+    game.losses = reading
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.step()
+    seen[0].join()
+    game.losses = losses
+    assert same(game.state_dict(), before)
+    game.step()
+    game.synchronize()
+
+
+def test_the_optimizers_load_raises_a_refusal_read_before_it() -> None:
+    game, _, switch = three_players("device", TABLE["SimGD"])
+    game.step()
+    saved = copy.deepcopy(game.optimizer.state_dict())
+    switch.on = True
+    game.step()
+    switch.on = False
+    game.state_dict()  # reads the refusal: kept
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.optimizer.load_state_dict(saved)
+    game.optimizer.load_state_dict(saved)
+    game.step()
+    game.synchronize()
+
+
+def test_a_buffer_the_step_after_a_refused_one_began_with_is_put_back_too() -> None:
+    """A buffer that gets a tensor between the refused step and the next, which moves
+    it: both steps are undone, so it goes back to its value between them."""
+
+    class WithStat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+            self.register_buffer("stat", None)
+
+    m, v = WithStat(), nn.Parameter(torch.zeros(2))
+    switch = Switch()
+
+    def losses() -> tuple[Tensor, Tensor]:
+        if m.stat is not None:
+            m.stat.add_(1.0)  # a running statistic, moved by each evaluation
+        f = (m.w * v).sum()
+        return f * (float("nan") if switch.on else 1.0), -f
+
+    game = gameopt.Game([m, gameopt.Player([v], name="v")], losses, algorithm=gameopt.SimGD(0.1), verdict="device")
+    refused_step(game, switch)
+    m.stat = torch.zeros(1)
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.step()
+    assert m.stat.item() == 0.0
