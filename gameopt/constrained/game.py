@@ -138,11 +138,16 @@ class LagrangianGame:
     def step(self, *args: Any, **kwargs: Any) -> StepLosses:
         """One step of the game; the arguments go to ``objective_and_constraints``.
         With a ``penalty_update``, the observed constraints' coefficients then grow by
-        their violations at the start of the step (not after a skipped step)."""
+        their violations at the start of the step (not after a skipped step). Under
+        ``game.verdict = "device"`` they grow once the step's verdict is read as taken:
+        such a step ends with ``game.synchronize()`` (a refused step raises there, and
+        nothing grows)."""
         self._seen = None
         skipped = self.game.skipped_steps
         out = self.game.step(*args, **kwargs)
         if self.game.skipped_steps == skipped and self._seen is not None:
+            if self._penalties.update is not None and self.game.verdict == "device":
+                self.game.synchronize()  # the growth follows the verdict: read it first
             self._penalties.grow(self._seen)
         self._seen = None
         return out

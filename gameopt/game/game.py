@@ -232,8 +232,9 @@ class Game:
         algorithm's ``TypedDict``): the game passes it to ``algorithm.update``, commits
         the new one after the step's checks, carries it across re-layouts and
         checkpoints it. Read it; replacing it changes what the next step starts from.
-        Under the device verdict, reading or replacing it outside a step reads the
-        last step's verdict first (:meth:`synchronize` raises a refusal read here)."""
+        Under the device verdict, reading it outside a step reads the last step's
+        verdict first (:meth:`synchronize` raises a refusal read here), and replacing
+        it calls :meth:`synchronize` first, as a load does."""
         if self._pending is None:
             return self._algorithm_state
         with self.lock:  # (a read on another thread waits for a running step)
@@ -242,9 +243,11 @@ class Game:
 
     @algorithm_state.setter
     def algorithm_state(self, state: Any) -> None:
-        with self.lock:
-            if self._pending is not None:
-                self._settle()
+        if self._pending is None and self._refusal is None:
+            self._algorithm_state = state
+            return
+        with self.lock:  # as a load: a refusal of the state it replaces is raised first
+            self.synchronize()
             self._algorithm_state = state
 
     @property
@@ -728,10 +731,11 @@ class Game:
                 committed = True
                 self._after_step()
                 if checks is not None:
-                    self._hand_over(pending)  # raises a refusal of the step before, read now
+                    self._hand_over(pending)  # reads the verdict of the step before
             finally:
                 if held is not None:
                     resume(held)
+            self._raise_refusal()  # the step before refused (this one with it): undone, and said
         except BaseException as err:
             if committed:  # after the commit: a deferred Ctrl-C, or a failed replica check
                 raise
@@ -796,7 +800,7 @@ class Game:
         self._buffer_copies, self._spare_copies = self._spare_copies, self._buffer_copies
         if before is not None and why is not None:
             restore_buffers(pending.buffers)  # (a buffer that the step before did not have yet)
-            raise self._undo(before, why)
+            self._refusal = self._undo(before, why)  # raised once interrupts resume: a Ctrl-C keeps it
 
     def _settle(self) -> None:
         """Read the pending verdict, outside a step: see :meth:`_settle_now`."""
@@ -815,6 +819,8 @@ class Game:
             self._pending = None
             if why is not None:
                 self._refusal = self._undo(pending, why)
+            if not self.stepping:  # the state it began with (or the refused one's) let go now
+                self._vectors.keep_only(tensors_in(self._algorithm_state))
 
     def _undo(self, pending: Pending, why: str) -> NonFiniteError:
         """Put the game back where the refused step ``pending`` began: its algorithm

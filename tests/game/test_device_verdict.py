@@ -564,3 +564,77 @@ def test_a_buffer_the_step_after_a_refused_one_began_with_is_put_back_too() -> N
     with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
         game.step()
     assert m.stat.item() == 0.0
+
+
+# -------------------------------------------------------- a third review's findings (each failed before)
+def test_a_ctrl_c_during_the_step_after_a_refused_one_keeps_the_refusal(monkeypatch) -> None:
+    """The Ctrl-C that the commit deferred is raised when the commit ends; the refusal
+    it read (both steps undone) is kept for the next call, not lost."""
+    import gameopt.game.game as game_module
+
+    game, _, switch = three_players("device", TABLE["SimGD"])
+    before = refused_step(game, switch)
+    resume = game_module.resume
+
+    def interrupted(held: object) -> None:
+        resume(held)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(game_module, "resume", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        game.step()
+    monkeypatch.setattr(game_module, "resume", resume)
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 .*the step after it was refused with it"):
+        game.synchronize()
+    assert same(game.state_dict(), before)
+
+
+def test_a_lagrangian_games_penalties_grow_only_after_a_step_the_verdict_takes() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    switch = Switch()
+
+    def objective_and_constraints() -> tuple[Tensor, None, Tensor]:
+        x = model.weight.sum() + model.bias.sum()
+        return x * x * (float("nan") if switch.on else 1.0), None, (x - 1.0).reshape(1)
+
+    lg = gameopt.LagrangianGame(
+        model,
+        objective_and_constraints,
+        num_eq=1,
+        penalty=1.0,
+        formulation="quadratic_penalty",
+        penalty_update=gameopt.MultiplicativePenalty(),
+        algorithm=gameopt.SimGD(0.01),
+    )
+    lg.game.verdict = "device"
+    lg.step()
+    grown = lg.penalties[1].clone()
+    switch.on = True
+    with pytest.raises(gameopt.NonFiniteError):
+        lg.step()
+    assert torch.equal(lg.penalties[1], grown)
+
+
+def test_a_games_vectors_are_its_states_alone_once_the_verdict_is_read() -> None:
+    from gameopt.testing import held_storages
+
+    game, _, _ = three_players("device", TABLE["ExtraAdam"])
+    for _ in range(3):
+        game.step()
+    game.synchronize()
+    host, _, _ = three_players("host", TABLE["ExtraAdam"])
+    for _ in range(3):
+        host.step()
+    assert len(held_storages(game)) == len(held_storages(host))
+
+
+def test_replacing_the_algorithm_state_raises_a_refusal_read_before_it_as_a_load_does() -> None:
+    game, _, switch = three_players("device", TABLE["SimGD-momentum"])
+    refused_step(game, switch)
+    state = game.algorithm_state  # reads the verdict: the refusal is kept
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 2 "):
+        game.algorithm_state = state
+    game.algorithm_state = state
+    game.step()
+    game.synchronize()
