@@ -238,6 +238,18 @@ class StepVectors:
         """The vectors out (taken since the last :meth:`keep_only`, or kept then)."""
         return list(self._owned)
 
+    def let_go(self, tensors: Sequence[Tensor], keep: Sequence[Tensor] = ()) -> None:
+        """Let go of the vectors that hold ``tensors``, unless they hold one of ``keep``
+        (filled with NaN first in debug mode); every other vector stays tracked."""
+        live = {t.untyped_storage().data_ptr() for t in keep}
+        gone = {t.untyped_storage().data_ptr() for t in tensors} - live
+        if not gone:
+            return
+        drop = [v for v in self._owned if v[0].untyped_storage().data_ptr() in gone]
+        if debug.enabled():
+            debug.poison_(t for v in drop for t in v)
+        self._owned = [v for v in self._owned if v[0].untyped_storage().data_ptr() not in gone]
+
     def keep_only(self, keep: Sequence[Tensor]) -> None:
         """Let go of every vector ``keep`` does not hold (filled with NaN first in
         debug mode, see :mod:`gameopt.debug`)."""

@@ -126,7 +126,7 @@ class Game:
             device, and a refused step is undone and its :class:`NonFiniteError`
             raised by the end of the next step (refused with it) or by
             :meth:`synchronize`; a call that reads or replaces the game's state
-            reads the verdict first (a load and a new algorithm raise a refusal read
+            reads the verdict first (a load, a new algorithm or state raise a refusal read
             there before they change anything). Points to evaluate at are checked with
             the rest, not before: an extrapolation that is not finite is evaluated,
             and the step refused. For games of real players on one device, without
@@ -235,9 +235,9 @@ class Game:
         Under the device verdict, reading it outside a step reads the last step's
         verdict first (:meth:`synchronize` raises a refusal read here), and replacing
         it calls :meth:`synchronize` first, as a load does."""
-        if self._pending is None:
+        if self._pending is None and self._verdict == "host":
             return self._algorithm_state
-        with self.lock:  # (a read on another thread waits for a running step)
+        with self.lock:  # (a read on another thread waits for a running step: it may commit a state unread)
             self._settle()
             return self._algorithm_state
 
@@ -247,7 +247,8 @@ class Game:
             self._algorithm_state = state
             return
         with self.lock:  # as a load: a refusal of the state it replaces is raised first
-            self.synchronize()
+            if not self.stepping:  # (from the losses, as under the host verdict: the step commits its own)
+                self.synchronize()
             self._algorithm_state = state
 
     @property
@@ -705,6 +706,7 @@ class Game:
         old = kept = self._algorithm_state
         buffers = self._buffer_copies.save(self._buffer_registries)  # put back if the step fails
         checks = self._moves.checks = Checks(self.layout.data[0].device) if self._verdict == "device" else None
+        keys = self._buffer_keys() if checks is not None else []  # the names of ``buffers``, as saved
         committed = False
         try:
             self._step_buffers = buffers  # a step runs (see stepping); what a call from the losses sees
@@ -716,7 +718,8 @@ class Game:
                 new_tensors = self._checked_update(name, oracle, delta, new_state, old)
             else:
                 new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves, checks)
-                found_inf, passed = checks.verdict(self._pending.found_inf if self._pending is not None else None)
+                last = self._pending.chain()[-1] if self._pending is not None else None
+                found_inf, passed = checks.verdict(last.found_inf if last is not None else None)
             # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
             one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
             held = None if one and checks is None else defer()
@@ -726,12 +729,14 @@ class Game:
                 else:  # moved where the verdict takes it; what the step started from kept till it is read
                     self._moves.move_unless(self.layout.data, delta, found_inf, empty=oracle.empty)
                     self._moves.settle_bounds(found_inf)
-                    pending = Pending(found_inf, passed, checks.whys, old, buffers, self._steps, self._buffer_keys())
+                    pending = Pending(found_inf, [passed], checks.whys, old, buffers, self._steps, keys)
                 self._algorithm_state = kept = new_state
                 committed = True
-                self._after_step()
-                if checks is not None:
-                    self._hand_over(pending)  # reads the verdict of the step before
+                try:
+                    self._after_step()
+                finally:  # (whatever _after_step raises, the step's verdict is recorded)
+                    if checks is not None:
+                        self._hand_over(pending)  # reads the verdict of the step before
             finally:
                 if held is not None:
                     resume(held)
@@ -754,7 +759,8 @@ class Game:
             # vectors live within the step only
             if self._vectors.lent:
                 if checks is not None:
-                    held_state = [self._algorithm_state, self._pending.state if self._pending is not None else None]
+                    pending_states = [p.state for p in self._pending.chain()] if self._pending is not None else []
+                    held_state = [self._algorithm_state, *pending_states]
                     self._vectors.keep_only(tensors_in(held_state))
                 else:
                     self._vectors.keep_only(new_tensors if kept is not old else tensors_in(old))
@@ -768,7 +774,8 @@ class Game:
         back; its point never moved) and :class:`NonFiniteError` raised here. A
         refusal read by another call (``state_dict``, ξ: they read the verdict first,
         so that they see the game as it is) is raised here too, or by the next step; a
-        load and a new algorithm call this first. Nothing to do under the host verdict,
+        load (the game's or its optimizer's), a new algorithm and a new ``algorithm_state``
+        call this first. Nothing to do under the host verdict,
         whose steps raise at once."""
         if self.stepping:
             raise reentry.refused("game.synchronize()")
@@ -791,36 +798,54 @@ class Game:
 
     def _hand_over(self, pending: Pending) -> None:
         """A step just committed under the device verdict: it becomes the pending one
-        (the next step saves the module buffers into the other copies), and the step
-        before it, pending till now, has its verdict read: if refused, everything since
-        it began is undone (this step was refused with it) and its error raised."""
-        before = self._pending
-        why = before.read() if before is not None else None
-        self._pending = pending
+        (the next step saves the module buffers into the other copies), and the steps
+        before it, pending till now, have their verdicts read: if one was refused,
+        everything since it began is undone (this step was refused with it) and its
+        error kept, to be raised once the commit ends. Should a read fail (a device
+        error), the unread steps stay pending, in order, this one behind them, and the
+        next step saves into copies of its own."""
+        if self._pending is None:
+            self._pending = pending
+        else:
+            self._pending.chain()[-1].later = pending
+        try:
+            refused = self._read_before(pending)
+        except BaseException:
+            self._buffer_copies = BufferCopies()  # (every record still pending keeps its copies)
+            raise
         self._buffer_copies, self._spare_copies = self._spare_copies, self._buffer_copies
-        if before is not None and why is not None:
-            restore_buffers(pending.buffers)  # (a buffer that the step before did not have yet)
-            self._refusal = self._undo(before, why)  # raised once interrupts resume: a Ctrl-C keeps it
+        if refused is not None:
+            self._refusal = self._undo(*refused)  # raised once interrupts resume: a Ctrl-C keeps it
+
+    def _read_before(self, stop: Pending | None) -> tuple[Pending, str] | None:
+        """Read the pending steps' verdicts in order, up to ``stop`` (not read), each
+        taken one forgotten; returns the first refused one and why. A read that raises
+        (a Ctrl-C while it waits, a device error) leaves it and the later ones pending."""
+        while self._pending is not None and self._pending is not stop:
+            pending = self._pending
+            why = pending.read()
+            if why is not None:
+                return pending, why
+            self._pending = pending.later
+            keep = [self._algorithm_state, *(p.state for p in (self._pending.chain() if self._pending else ()))]
+            self._vectors.let_go(tensors_in(pending.state), keep=tensors_in(keep))
+        return None
 
     def _settle(self) -> None:
-        """Read the pending verdict, outside a step: see :meth:`_settle_now`."""
+        """Read the pending verdicts, outside a step: see :meth:`_settle_now`."""
         if self._pending is not None and not self.stepping:
             self._settle_now()
 
     def _settle_now(self) -> None:
-        """Read the pending step's verdict (waiting for it): taken, it is forgotten;
-        refused, the step is undone (:meth:`_undo`) and its error kept for the next
-        step or :meth:`synchronize` to raise."""
-        pending = self._pending
-        if pending is None:
-            return
-        why = pending.read()  # (a Ctrl-C while it waits leaves it pending)
-        with deferred_interrupts():
-            self._pending = None
-            if why is not None:
-                self._refusal = self._undo(pending, why)
-            if not self.stepping:  # the state it began with (or the refused one's) let go now
-                self._vectors.keep_only(tensors_in(self._algorithm_state))
+        """Read the pending steps' verdicts (waiting for them): taken, they are
+        forgotten; refused, the first refused one is undone with every step after it
+        (:meth:`_undo`) and its error kept for the next step or :meth:`synchronize`."""
+        refused = self._read_before(None)
+        if refused is not None:
+            with deferred_interrupts():
+                stale = self._algorithm_state  # the refused steps' state, no longer held
+                self._refusal = self._undo(*refused)
+                self._vectors.let_go(tensors_in(stale), keep=tensors_in(self._algorithm_state))
 
     def _undo(self, pending: Pending, why: str) -> NonFiniteError:
         """Put the game back where the refused step ``pending`` began: its algorithm
@@ -829,7 +854,8 @@ class Game:
         with deferred_interrupts():
             self._pending = None
             self._algorithm_state = pending.state
-            restore_buffers(pending.buffers_now())
+            for record in reversed(pending.chain()):  # (a buffer that a later step began with too)
+                restore_buffers(record.buffers_now())
             later = self._steps - pending.step - 1
             self._steps = pending.step
             self._moves.forget_bounds()
@@ -933,9 +959,11 @@ class Game:
         else:
             assert self._step_buffers is not None  # held while a step runs
             buffers, state = self._step_buffers, self._algorithm_state
-            pending = self._pending  # the step before this one, its verdict unread: read here
-            if pending is not None and pending.read() is not None:  # refused: as it began
-                buffers, state = pending.buffers, pending.state
+            # the steps before this one, their verdicts unread: read here (the first refused: as it began)
+            for pending in self._pending.chain() if self._pending is not None else ():
+                if pending.read() is not None:
+                    buffers, state = pending.buffers, pending.state
+                    break
             start = reentry.step_start(self.layout, self._moves.backup, buffers)
         out = checkpoint.state_dict(self.players, self.algorithm, state, self.skipped_steps, self.loss_scale, start)
         if self._shards is not None:
@@ -1003,7 +1031,8 @@ class Game:
         """The joint vectors the game holds for its algorithm's steps besides the
         parameters and gradients: those its algorithm took from the game
         (``oracle.empty()`` and the oracle's other new vectors; between steps, only
-        those ``algorithm_state`` holds), and while a step evaluates away from its
+        those ``algorithm_state`` holds, and under the device verdict those of the
+        state a step whose verdict is unread began with), and while a step evaluates away from its
         point, the copy of that point. For memory checks (``gameopt.testing.held_storages``)."""
         backup = self._moves.backup
         return [*self._vectors.taken, *([backup] if backup is not None else [])]

@@ -122,7 +122,7 @@ class Pending:
     messages of its checks."""
 
     found_inf: Tensor
-    passed: Tensor
+    passed: list[Tensor]  # which checks passed (bool vectors), in the order of ``whys``
     whys: list[Why]
     state: Any
     buffers: list[tuple[Tensor, Tensor]]  # (buffer, its saved copy), as BufferCopies.save gives them
@@ -130,6 +130,9 @@ class Pending:
     keys: list[tuple[dict[str, Any], str]]  # each buffer's (registry, name), in the order of ``buffers``
     host: Tensor | None = None  # found_inf, copied to pinned memory (CUDA)
     event: Any = None
+    #: the next step's record, kept behind this one when this one's verdict could not be
+    #: read (a device error): read in order, later
+    later: Pending | None = None
 
     def __post_init__(self) -> None:
         if self.found_inf.is_cuda:
@@ -160,5 +163,14 @@ class Pending:
             refused = self.found_inf.item() > 0
         if not refused:
             return None
-        failed = [why for why, ok in zip(self.whys, self.passed.tolist()) if not ok]
+        flags = [ok for passed in self.passed for ok in passed.tolist()]
+        failed = [why for why, ok in zip(self.whys, flags) if not ok]
         return failed[0]() if failed else "the step before it was refused (a refusal is sticky until it is read)"
+
+    def chain(self) -> list[Pending]:
+        """This record and the later ones kept behind it (``later``), in step order."""
+        out, later = [self], self.later
+        while later is not None:
+            out.append(later)
+            later = later.later
+        return out

@@ -38,7 +38,9 @@ def held_storages(game: Game) -> set[int]:
     gradients: its algorithm state's (a wrapper's holds its base's) and its scratch
     vectors (:attr:`~gameopt.Game.scratch_vectors`), each counted by its tensor of the
     size of the first (device, dtype) group. Between warm steps, a game holds only what
-    its algorithm's state needs."""
+    its algorithm's state needs. It reads ``game.algorithm_state``, so under the device
+    verdict it reads the last step's verdict first (a refusal is then raised by the
+    next step)."""
     n = game.layout.data[0].numel()
     own = {t.untyped_storage().data_ptr() for t in [*game.layout.data, *game.layout.grad]}
     held = [*tensors_in(game.algorithm_state), *(t for vec in game.scratch_vectors for t in vec)]

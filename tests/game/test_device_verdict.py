@@ -638,3 +638,100 @@ def test_replacing_the_algorithm_state_raises_a_refusal_read_before_it_as_a_load
     game.algorithm_state = state
     game.step()
     game.synchronize()
+
+
+# ------------------------------------------------------- a fourth review's findings (each failed before)
+class Stats(nn.Module):
+    """Buffers a, b moved by each forward (a += 1, b += 2), and ``cache``, registered as
+    None, given a value by the first forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, dtype=F64))
+        self.register_buffer("cache", None)
+        self.register_buffer("a", torch.zeros(4, dtype=F64))
+        self.register_buffer("b", torch.full((4,), 10.0, dtype=F64))
+
+    def forward(self) -> Tensor:
+        self.a.add_(1.0)
+        self.b.add_(2.0)
+        if self.cache is None:
+            self.cache = torch.full((4,), -5.0, dtype=F64)
+        return self.w
+
+
+@pytest.mark.parametrize("read", ["synchronize", "the next step"])
+def test_a_buffer_that_appears_in_a_refused_step_does_not_shift_the_others(read: str) -> None:
+    m, v = Stats(), nn.Parameter(torch.ones(4, dtype=F64))
+    switch = Switch()
+    switch.on = True
+
+    def losses() -> tuple[Tensor, Tensor]:
+        f = (m() * v).sum()
+        return f * (float("nan") if switch.on else 1.0), -f
+
+    game = gameopt.Game([m, gameopt.Player([v], name="v")], losses, algorithm=gameopt.SimGD(0.1), verdict="device")
+    game.step()
+    switch.on = False
+    with pytest.raises(gameopt.NonFiniteError, match=r"^step 1 "):
+        game.synchronize() if read == "synchronize" else game.step()
+    assert m.a.tolist() == [0.0] * 4 and m.b.tolist() == [10.0] * 4  # each its own, as it began
+
+
+@pytest.mark.parametrize("bad", ["the step before", "the step after", "neither"])
+def test_a_verdict_that_cannot_be_read_stays_pending_with_the_step_after_it(monkeypatch, bad: str) -> None:
+    """Reading the step before's verdict raises (a device error, say) during the next
+    step's commit: both stay pending, in order, and each is read later as it was: the
+    game ends where the host verdict's run of the good steps does."""
+    game, _, switch = three_players("device", TABLE["AltGD-Adam"])
+    game.step()
+    switch.on = bad == "the step before"
+    game.step()
+    switch.on = bad == "the step after"
+    read = Pending.read
+
+    def failing(self: Pending) -> str | None:
+        monkeypatch.setattr(Pending, "read", read)
+        raise RuntimeError("the device failed")
+
+    monkeypatch.setattr(Pending, "read", failing)
+    with pytest.raises(RuntimeError, match="the device failed"):
+        game.step()
+    switch.on = False
+    if bad == "neither":
+        game.synchronize()
+    else:
+        with pytest.raises(gameopt.NonFiniteError, match=r"^step [23] "):
+            game.synchronize()
+    host, _, _ = three_players("host", TABLE["AltGD-Adam"])
+    for _ in range({"the step before": 1, "the step after": 2, "neither": 3}[bad]):
+        host.step()
+    assert same(game.state_dict(), host.state_dict())
+
+
+def test_reading_the_verdict_leaves_alone_the_vectors_a_test_oracle_lent_in_debug_mode() -> None:
+    from gameopt import testing
+
+    with gameopt.debug.enabled_in(True):
+        game, _, _ = three_players("device", TABLE["AltGD-Adam"])
+        game.step()
+        game.step()
+        oracle = testing.oracle(game)
+        xi, v = oracle.xi(), oracle.empty().zero_()
+        game.state_dict()  # reads the verdict
+        assert not torch.isnan(xi[0]).any() and not torch.isnan(v[0]).any()
+
+
+def test_the_algorithm_state_assigned_from_the_losses_is_set_as_under_the_host_verdict() -> None:
+    game, _, _ = three_players("device", TABLE["SimGD-momentum"])
+    game.step()
+    losses = game.losses
+
+    def assigning() -> object:
+        game.algorithm_state = game.algorithm_state  # (inside the step: no verdict read, no error)
+        return losses()
+
+    game.losses = assigning
+    game.step()
+    game.losses = losses
+    game.synchronize()
