@@ -2,7 +2,8 @@
 
 * a DCGAN-size pair (64×64 images, latent 100, 64 base channels: about 3.6M
   generator and 2.8M discriminator parameters, batch 64): each algorithm's step
-  time as a multiple of the hand-fused plain ξ (as in ``step_cost``), extragradient
+  time as a multiple of the hand-fused plain ξ (as in ``step_cost``; SimGD,
+  extragradient and Extra-Adam also with ``Game(verdict="device")``), extragradient
   written the obvious way with ``torch._foreach_*``, cooper's ExtraSGD/ExtraAdam
   when installed, general-sum SGA in plain PyTorch (double-vjp and
   forward-over-reverse Jξ, ``second_order.bare_sga``), and the peak memory of a
@@ -83,6 +84,8 @@ ALGORITHMS: dict[str, Callable[[], gameopt.Algorithm]] = {
     "SGA": lambda: gameopt.SGA(1e-4),
     "SGA jvp='forward'": lambda: gameopt.SGA(1e-4, jvp="forward"),
 }
+#: timed again with the step's verdict kept on the device (``Game(verdict="device")``: no host sync)
+DEVICE_VERDICT = ("SimGD", "Extragradient", "Extra-Adam")
 
 
 def synced(fn: Callable[[], object], device: torch.device) -> Callable[[], object]:
@@ -131,6 +134,10 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
         game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=make())
         games[name] = game
         cands[f"gameopt {name}"] = lambda game=game: game.step(x, z)
+    for name in DEVICE_VERDICT:
+        Gi, Di = fresh()
+        game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=ALGORITHMS[name](), verdict="device")
+        cands[f"gameopt {name}, device verdict"] = lambda game=game: game.step(x, z)
     Go, Do = fresh()
     params, gps, dps, obvious_losses = (
         list(Go.parameters()) + list(Do.parameters()),
@@ -208,9 +215,11 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
         "Extra-Adam": "ref: Extra-Adam, torch.optim.Adam foreach",
     }
     for name, ref in pairs.items():
-        mine, theirs = step_counts(cands[f"gameopt {name}"], device), step_counts(cands[ref], device)
-        cells = ", ".join(f"{k} {mine[k]} / {theirs[k]}" for k in mine)
-        notes.append(f"  {name:36s} {cells}")
+        theirs = step_counts(cands[ref], device)
+        for label in (name, f"{name}, device verdict"):
+            mine = step_counts(cands[f"gameopt {label}"], device)
+            cells = ", ".join(f"{k} {mine[k]} / {theirs[k]}" for k in mine)
+            notes.append(f"  {label:36s} {cells}")
     steps = {name: lambda game=game: game.step(x, z) for name, game in games.items()} | bare
     for name, step in steps.items():
         step()
