@@ -168,12 +168,11 @@ class JointLayout:
             o.add_(t, alpha=f) if o is x else torch.add(x, t, alpha=f, out=o)  # type: ignore[arg-type]
         return out
 
-    def group_factors(self, factors: Sequence[float]) -> list[float]:
-        """Per joint group, its players' one factor (:meth:`one_factor_per_group` must hold)."""
+    def group_factors(self, factors: Sequence[float]) -> list[float] | None:
+        """Per joint group, its players' one factor; ``None`` unless the players of
+        each group share one (:meth:`one_factor_per_group`)."""
         out = self._factors(factors)
-        if not all(isinstance(f, float) for f in out):
-            raise ValueError("the players of a joint group have different factors")
-        return out  # type: ignore[return-value]
+        return out if all(isinstance(f, float) for f in out) else None  # type: ignore[return-value]
 
     def one_factor_per_group(self, factors: Sequence[float]) -> bool:
         """Whether the players of each joint group share one factor (as in one player's
@@ -239,22 +238,27 @@ class StepVectors:
         return list(self._owned)
 
     def let_go(self, tensors: Sequence[Tensor], keep: Sequence[Tensor] = ()) -> None:
-        """Let go of the vectors that hold ``tensors``, unless they hold one of ``keep``
-        (filled with NaN first in debug mode); every other vector stays tracked."""
-        live = {t.untyped_storage().data_ptr() for t in keep}
-        gone = {t.untyped_storage().data_ptr() for t in tensors} - live
-        if not gone:
-            return
-        drop = [v for v in self._owned if v[0].untyped_storage().data_ptr() in gone]
-        if debug.enabled():
-            debug.poison_(t for v in drop for t in v)
-        self._owned = [v for v in self._owned if v[0].untyped_storage().data_ptr() not in gone]
+        """Let go of the vectors that hold ``tensors``, unless they hold one of ``keep``;
+        every other vector stays tracked."""
+        gone = _storages(tensors) - _storages(keep)
+        if gone:
+            self._release(gone, stay=False)
 
     def keep_only(self, keep: Sequence[Tensor]) -> None:
-        """Let go of every vector ``keep`` does not hold (filled with NaN first in
-        debug mode, see :mod:`gameopt.debug`)."""
-        live = {t.untyped_storage().data_ptr() for t in keep}
-        kept = [v for v in self._owned if v[0].untyped_storage().data_ptr() in live]
-        if debug.enabled():
-            debug.poison_(t for v in self._owned if v[0].untyped_storage().data_ptr() not in live for t in v)
+        """Let go of every vector ``keep`` does not hold."""
+        self._release(_storages(keep), stay=True)
+
+    def _release(self, storages: set[int], stay: bool) -> None:
+        """Keep tracking the vectors whose storage is in ``storages`` (``stay``) or is
+        not (``not stay``), and let go of the others (filled with NaN first in debug
+        mode, see :mod:`gameopt.debug`)."""
+        kept = [v for v in self._owned if (v[0].untyped_storage().data_ptr() in storages) == stay]
+        if debug.enabled() and len(kept) < len(self._owned):
+            held = {id(v) for v in kept}
+            debug.poison_(t for v in self._owned if id(v) not in held for t in v)
         self._owned = kept
+
+
+def _storages(tensors: Sequence[Tensor]) -> set[int]:
+    """The storages of ``tensors`` (so that views count as their base)."""
+    return {t.untyped_storage().data_ptr() for t in tensors}

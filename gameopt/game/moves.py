@@ -273,8 +273,9 @@ class Moves:
         the device, as ``torch.optim``'s fused optimizers skip a step that a
         ``GradScaler`` found overflowing. For parameters without feasible sets."""
         with torch.no_grad():
-            if isinstance(delta, Scaled) and self.layout.one_factor_per_group(delta.factors):
-                pairs = zip(delta.direction, self.layout.group_factors(delta.factors))
+            factors = self.layout.group_factors(delta.factors) if isinstance(delta, Scaled) else None
+            if isinstance(delta, Scaled) and factors is not None:
+                pairs = zip(delta.direction, factors)
             else:
                 pairs = zip(self.layout.resolve(delta, empty), [1.0] * len(w))
             for x, (d, f) in zip(w, pairs):

@@ -67,10 +67,7 @@ class Checks:
         """The step's verdict as ``found_inf`` (a 0-d float32 tensor: 1 refuses the
         step, 0 takes it), refused also where ``before`` (the ``found_inf`` of an
         earlier step not yet read) refused; and which checks passed (a bool vector)."""
-        if not self.values:
-            passed = torch.ones(1, dtype=torch.bool, device=self.device)
-        else:
-            passed = torch.stack(self.values) <= _limits(self.device, tuple(self.limits))
+        passed = torch.stack(self.values) <= _limits(self.device, tuple(self.limits))  # (one per group at least)
         zero, one = _constants(self.device)
         return torch.where(passed.all(), zero if before is None else before, one), passed
 
