@@ -40,6 +40,7 @@ __all__ = [
     "TORCH_VERSION",
     "TorchDispatchMode",
     "compiled_original",
+    "compiled_modules_follow_their_registry",
     "default_store",
     "disabled_torch_function_impl",
     "dtensor_type",
@@ -314,6 +315,21 @@ def compiled_original(module: nn.Module) -> nn.Module:
     if type(module).__name__ == "OptimizedModule" and isinstance(getattr(module, "_orig_mod", None), nn.Module):
         return cast(nn.Module, module._orig_mod)
     return module
+
+
+def compiled_modules_follow_their_registry() -> bool:
+    """Whether ``torch.compile``'d code looks a module's parameters up in its registry
+    on every call (dynamo inlines built-in modules: ``inline_inbuilt_nn_modules``, on
+    by default from torch 2.5, always on and deprecated later), so that a parameter
+    substituted there (Jacobian products: ``autodiff.substitution``) is the one used.
+    torch 2.4 leaves it off: its compiled code keeps the parameters it was traced with
+    until a guard fails, and a substitution fails none. Checked on 2.4.1 (off), 2.13.0
+    and 2.14.1 (always on, the flag deprecated)."""
+    import torch._dynamo.config as config  # imported already where a module is compiled
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # deprecated where always on
+        return bool(getattr(config, "inline_inbuilt_nn_modules", True))
 
 
 def persistent_buffer_names(module: nn.Module) -> set[str]:

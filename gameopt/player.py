@@ -209,7 +209,8 @@ class Player:
             out = {id(p): spec for _, p in named}
         else:
             assert self.module is not None
-            by_name = dict(self.module.named_parameters(remove_duplicate=False))
+            # a torch.compile wrapper's names are its module's (``0.weight``, not ``_orig_mod.0.weight``)
+            by_name = dict(tc.compiled_original(self.module).named_parameters(remove_duplicate=False))
             trainable = {id(p) for p in params}
             out = {}
             for key, c in spec.items():

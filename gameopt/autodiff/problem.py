@@ -162,10 +162,11 @@ def refuse_compiled(player_name: str, loss: Tensor, grads: Sequence[Tensor | Non
     constant = any(t is not None and not t.requires_grad for t in grads)
     if any(_from_aot_autograd(n) for n in nodes) or (constant and _graph_has_aot_node(loss.grad_fn)):
         raise LossError(
-            f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph: this "
-            "algorithm needs double backward (Jacobian products), which torch.compile'd functions and "
-            "modules do not support (the products would be zero or fail). Give the game the uncompiled "
-            "losses, or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
+            f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph built by "
+            "aot_autograd (the backends 'inductor', the default, and 'aot_eager'): this algorithm needs double "
+            "backward (Jacobian products), which such a graph does not give (the products would be zero or "
+            "fail). Give the game uncompiled losses and modules (or compile them with backend='eager', which "
+            "keeps torch's own autograd), or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
         )
 
 

@@ -1,0 +1,185 @@
+"""``torch.compile``'d losses and modules in a game (issue #35, item 3).
+
+Every first-order algorithm of the shared table steps compiled modules and a compiled
+losses callable as it steps the eager ones: bit for bit under aot_autograd's eager
+backend (the graphs torch's compiled autograd runs, without inductor's kernels),
+under both verdicts and with a projection, and within rounding under inductor.
+Second-order algorithms need double backward: they run where torch gives it
+(``backend="eager"``: dynamo's graph in torch's own autograd) and are refused at the
+first step, before anything moves, where it does not (aot_autograd's graphs).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch._dynamo
+from torch import Tensor, nn
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import gameopt
+from gameopt import _torch_compat as tc
+from gameopt import constraints as C
+from gameopt.testing.table import ALGORITHMS, SECOND_ORDER, TWO_PLAYERS, AlgoInfo, learning_rates
+
+# dynamo reads the .grad of a module's non-leaf input (d(g(z))), and torch warns about it
+pytestmark = pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+HOW = ["modules", "losses"]
+STEPS = 3
+#: torch 2.5 and newer: compiled code looks parameters up per call, so Jacobian products
+#: (which substitute them) may go through compiled modules; torch 2.4 refuses at the build
+FOLLOW = tc.compiled_modules_follow_their_registry()
+FIXED = "compiles modules with their parameters fixed"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    """Each test compiles anew (no cache entry, or recompile limit, carried between tests)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _gan(
+    algorithm: gameopt.Algorithm,
+    how: str = "modules",
+    backend: object = None,
+    verdict: str = "host",
+    constrained: bool = False,
+    zero_sum: bool = False,
+) -> tuple[gameopt.Game, list[nn.Module]]:
+    """A BatchNorm GAN pair in float64 with its modules, or its losses callable, compiled
+    with ``backend`` (``None``: eager); the game and the uncompiled modules. With
+    ``constrained``, the discriminator's first weight lies in a box; with ``zero_sum``,
+    the losses are (f, -f), f the generator's (a Wasserstein-style critic's gap)."""
+    torch.manual_seed(0)
+    gen = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2)).double()
+    disc = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+    x, z = torch.randn(16, 2, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64)
+    g, d = gen, disc
+    if how == "modules" and backend is not None:
+        g, d = torch.compile(gen, backend=backend), torch.compile(disc, backend=backend)
+
+    def losses() -> tuple[Tensor, Tensor]:
+        fake = d(g(z))
+        if zero_sum:
+            f = d(x).mean() - fake.mean()
+            return f, -f
+        return -fake.mean(), fake.mean() - d(x).mean()
+
+    if how == "losses" and backend is not None:
+        losses = torch.compile(losses, backend=backend)
+    players = [gameopt.Player(g), gameopt.Player(d, constraint={"0.weight": C.Box(-0.3, 0.3)} if constrained else None)]
+    return gameopt.Game(players, losses, algorithm=algorithm, verdict=verdict), [gen, disc]
+
+
+def _state(modules: list[nn.Module]) -> list[Tensor]:
+    return [t.detach().clone() for m in modules for t in [*m.parameters(), *m.buffers()]]
+
+
+def _run(info: AlgoInfo, steps: int = STEPS, **kw: object) -> list[Tensor]:
+    game, modules = _gan(info.make(learning_rates(2)), zero_sum=info.players == 2, **kw)  # type: ignore[arg-type]
+    for _ in range(steps):
+        game.step()
+    game.synchronize()
+    return _state(modules)
+
+
+def _equal(a: list[Tensor], b: list[Tensor]) -> bool:
+    return all(torch.equal(s, t) for s, t in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize(("how", "verdict"), [("modules", "host"), ("losses", "host"), ("modules", "device")])
+@pytest.mark.parametrize("info", ALGORITHMS, ids=[a.name for a in ALGORITHMS])
+def test_every_first_order_algorithm_steps_compiled_losses_and_modules_as_the_eager_ones(info, how, verdict) -> None:
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = _run(info, how=how, backend=counter, verdict=verdict)
+    assert counter.frame_count >= 1  # the compiled graphs ran
+    eager = _run(info, verdict=verdict)
+    assert _equal(compiled, eager)
+    assert not _equal(eager, _run(info, steps=STEPS - 1, verdict=verdict))  # each step moves something
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient", "OptimisticAdam", "AnchoredExtragradient"])
+def test_projected_algorithms_step_compiled_losses_and_modules_as_the_eager_ones(name, how) -> None:
+    info = next(a for a in ALGORITHMS if a.name == name)
+    compiled = _run(info, how=how, backend="aot_eager", constrained=True)
+    assert _equal(compiled, _run(info, constrained=True))
+    weight = compiled[len(_state([_gan(info.make([0.1, 0.1]))[1][0]]))]  # the discriminator's first
+    assert weight.abs().max() == 0.3  # the box binds: a projection ran
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # inductor imports torch.jit APIs
+def test_inductor_compiled_modules_step_as_the_eager_ones_within_rounding() -> None:
+    """Inductor's fused kernels round differently; Adam's first steps (v near 0)
+    magnify that the most, so the tolerance is Adam's."""
+    for name in ["SimGD", "ExtraAdam", "PastExtragradient"]:
+        info = next(a for a in ALGORITHMS if a.name == name)
+        eager = _run(info)
+        torch.testing.assert_close(_run(info, backend="inductor"), eager, rtol=1e-7, atol=1e-9)
+
+
+SECOND = [*SECOND_ORDER, *(a for a in TWO_PLAYERS if a.name in ("ACGD", "CGD-zero-sum"))]
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("info", SECOND, ids=[a.name for a in SECOND])
+def test_second_order_algorithms_run_where_the_compiled_graph_has_double_backward(info, how) -> None:
+    """``backend="eager"``: dynamo's graph runs in torch's own autograd, double backward included."""
+    counter = CompileCounterWithBackend("eager")
+    if how == "modules" and not FOLLOW:
+        with pytest.raises(ValueError, match=FIXED):
+            _run(info, how=how, backend=counter)
+        return
+    compiled = _run(info, how=how, backend=counter)
+    assert counter.frame_count >= 1
+    assert _equal(compiled, _run(info))
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("name", ["SGA", "CGD", "Consensus-Adam", "Lookahead-CGD", "ACGD", "CGD-zero-sum"])
+def test_second_order_algorithms_refuse_graphs_without_double_backward_before_anything_moves(name, how) -> None:
+    info = next(a for a in SECOND if a.name == name)
+    if how == "modules" and not FOLLOW:
+        with pytest.raises(ValueError, match=FIXED):
+            _gan(info.make(learning_rates(2)), how=how, backend="aot_eager", zero_sum=info.players == 2)
+        return
+    game, modules = _gan(info.make(learning_rates(2)), how=how, backend="aot_eager", zero_sum=info.players == 2)
+    before = _state(modules)
+    for _ in range(2):  # refused each time, and nothing moved
+        with pytest.raises(gameopt.LossError, match="torch.compile'd graph built by aot_autograd.*backend='eager'"):
+            game.step()
+        assert _equal(_state(modules), before)
+
+
+def test_a_game_of_compiled_modules_changes_to_a_second_order_algorithm_as_an_eager_game_does() -> None:
+    """The first-order steps' compiled code, traced on the parameters, then serves the
+    Jacobian products (on their substitutes), or is refused where it cannot (torch 2.4)."""
+    games = [_gan(gameopt.SimGD(0.1), backend=backend) for backend in ("eager", None)]
+    for game, _ in games:
+        game.step()
+        if not FOLLOW and game is games[0][0]:
+            with pytest.raises(ValueError, match=FIXED):
+                game.algorithm = gameopt.SGA(0.1)
+            return
+        game.algorithm = gameopt.SGA(0.1)
+        game.step()
+    assert _equal(*(_state(modules) for _, modules in games))
+
+
+def test_a_game_of_compiled_modules_changes_to_a_second_order_algorithm_and_is_refused_at_its_step() -> None:
+    """(A test of its own: dynamo would serve this game the code the eager backend
+    compiled for the same modules' forward in the test above.)"""
+    aot = _gan(gameopt.SimGD(0.1), backend="aot_eager")[0]
+    aot.step()
+    if FOLLOW:  # whether the graph has double backward shows at the step
+        aot.algorithm = gameopt.SGA(0.1)
+        with pytest.raises(gameopt.LossError, match="aot_autograd"):
+            aot.step()
+    aot.algorithm = gameopt.SimGD(0.1)
+    aot.step()
