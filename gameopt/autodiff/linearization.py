@@ -16,7 +16,7 @@ from ..vec import Vec
 from .engine import KeptGraph, dummy, engine_vjp
 from .forward import dual_tangents, lacks_forward_ad
 from .joint import Part, entry_flat, entry_views, joint_vector, param_views
-from .problem import Problem, no_path_error, refuse_compiled
+from .problem import Problem, compiled_refused, no_path_error, refuse_compiled
 from .substitution import graph_inputs, jacobian_mode
 from .zero_sum import ZeroSumLinearization
 
@@ -71,7 +71,8 @@ class GeneralLinearization:
                     raise no_path_error(name)
                 loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
                 ins = self._all() if self.cross is not None else self.entries_of[i]
-                grads = self._grad([loss], None, ins, create_graph=True)
+                with compiled_refused(name, self.losses[i]):
+                    grads = self._grad([loss], None, ins, create_graph=True)
                 refuse_compiled(name, self.losses[i], [t for k in self.entries_of[i] for t in grads[k] or ()])
                 if scale != 1.0:  # loss scaling: every product below is unscaled
                     grads = {

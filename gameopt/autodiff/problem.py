@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -161,13 +162,32 @@ def refuse_compiled(player_name: str, loss: Tensor, grads: Sequence[Tensor | Non
     nodes = [None if t is None else t.grad_fn for t in grads]
     constant = any(t is not None and not t.requires_grad for t in grads)
     if any(_from_aot_autograd(n) for n in nodes) or (constant and _graph_has_aot_node(loss.grad_fn)):
-        raise LossError(
-            f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph built by "
-            "aot_autograd (the backends 'inductor', the default, and 'aot_eager'): this algorithm needs double "
-            "backward (Jacobian products), which such a graph does not give (the products would be zero or "
-            "fail). Give the game uncompiled losses and modules (or compile them with backend='eager', which "
-            "keeps torch's own autograd), or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
-        )
+        raise _compiled_error(player_name)
+
+
+@contextlib.contextmanager
+def compiled_refused(player_name: str, loss: Tensor) -> Iterator[None]:
+    """Around differentiating ``loss`` with ``create_graph``: a ``RuntimeError`` from a
+    graph that holds an aot_autograd node is that graph's refusal (inductor's backward
+    donates its buffers and raises on ``create_graph``) and becomes the
+    :class:`LossError` that :func:`refuse_compiled` raises, the error chained. The graph
+    is walked only on an error."""
+    try:
+        yield
+    except RuntimeError as err:
+        if _graph_has_aot_node(loss.grad_fn):
+            raise _compiled_error(player_name) from err
+        raise
+
+
+def _compiled_error(player_name: str) -> LossError:
+    return LossError(
+        f"the gradient of player {player_name!r}'s loss comes from a torch.compile'd graph built by "
+        "aot_autograd (the backends 'inductor', the default, and 'aot_eager'): this algorithm needs double "
+        "backward (Jacobian products), which such a graph does not give (the products would be zero or "
+        "fail). Give the game uncompiled losses and modules (or compile them with backend='eager', which "
+        "keeps torch's own autograd), or use a first-order algorithm (SimGD, Extragradient, Optimistic, ...)"
+    )
 
 
 def _from_aot_autograd(node: object) -> bool:

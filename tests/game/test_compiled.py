@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch._dynamo
+import torch._functorch.config
 from torch import Tensor, nn
 from torch._dynamo.testing import CompileCounterWithBackend
 
@@ -50,6 +51,7 @@ def _gan(
     verdict: str = "host",
     constrained: bool = False,
     zero_sum: bool = False,
+    **compile_kw: object,
 ) -> tuple[gameopt.Game, list[nn.Module]]:
     """A BatchNorm GAN pair in float64 with its modules, or its losses callable, compiled
     with ``backend`` (``None``: eager); the game and the uncompiled modules. With
@@ -61,14 +63,14 @@ def _gan(
     x, z = torch.randn(16, 2, dtype=torch.float64), torch.randn(16, 2, dtype=torch.float64)
     g, d = gen, disc
     if how == "modules" and backend is not None:
-        g, d = torch.compile(gen, backend=backend), torch.compile(disc, backend=backend)
+        g, d = torch.compile(gen, backend=backend, **compile_kw), torch.compile(disc, backend=backend, **compile_kw)
 
-    def losses() -> tuple[Tensor, Tensor]:
-        fake = d(g(z))
+    def losses(batch: int = 16) -> tuple[Tensor, Tensor]:
+        fake = d(g(z[:batch]))
         if zero_sum:
-            f = d(x).mean() - fake.mean()
+            f = d(x[:batch]).mean() - fake.mean()
             return f, -f
-        return -fake.mean(), fake.mean() - d(x).mean()
+        return -fake.mean(), fake.mean() - d(x[:batch]).mean()
 
     if how == "losses" and backend is not None:
         losses = torch.compile(losses, backend=backend)
@@ -122,6 +124,59 @@ def test_inductor_compiled_modules_step_as_the_eager_ones_within_rounding() -> N
         info = next(a for a in ALGORITHMS if a.name == name)
         eager = _run(info)
         torch.testing.assert_close(_run(info, backend="inductor"), eager, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.skipif(not FOLLOW, reason="torch 2.4 refuses compiled modules with second-order algorithms at the build")
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # inductor imports torch.jit APIs
+@pytest.mark.parametrize("name", ["SGA", "ACGD"])
+def test_second_order_algorithms_refuse_inductor_graphs_that_donate_their_buffers(name) -> None:
+    """Recompiled for a second batch size, inductor's backward donates buffers (torch
+    2.6 and newer) and raises on ``create_graph`` itself: the same ``LossError``, the
+    RuntimeError chained, and nothing moved."""
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)), nn.Linear(2, 1)
+    g, d = torch.compile(gen), torch.compile(disc)
+    for batch in (16, 32):
+        d(g(torch.randn(batch, 8))).sum().backward()
+
+    def losses() -> tuple[Tensor, Tensor]:
+        f = d(torch.randn(16, 2)).mean() - d(g(torch.randn(16, 8))).mean()
+        return f, -f
+
+    game = gameopt.Game([g, d], losses, algorithm=next(a for a in SECOND if a.name == name).make([0.1, 0.1]))
+    before = _state([gen, disc])
+    with pytest.raises(gameopt.LossError, match="aot_autograd"):
+        game.step()
+    assert _equal(_state([gen, disc]), before)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler")
+@pytest.mark.skipif(not hasattr(torch._functorch.config, "donated_buffer"), reason="no donated buffers in this torch")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # inductor imports torch.jit APIs
+def test_inductor_modules_recompiled_for_another_batch_step_as_the_docs_say() -> None:
+    """docs/integrations.md: a game keeps the graph between the players' backward
+    passes, which inductor's backward refuses once it donates buffers (a recompile for
+    a new batch size: the step raises, nothing moved); compiled with ``dynamic=False``
+    and donation off, a game whose batch size changes steps as the eager one does.
+    (Not donation off alone: torch 2.14.1's dynamic-shape graphs then give a retained
+    graph's second backward wrong gradients, in plain PyTorch too.)"""
+    with torch._functorch.config.patch(donated_buffer=True):
+        game, modules = _gan(gameopt.Extragradient(0.1), backend="inductor")
+        game.step(16)
+        before = _state(modules)
+        with pytest.raises(RuntimeError, match="donated buffers"):
+            game.step(8)
+        assert _equal(_state(modules), before)
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(donated_buffer=False):
+        states = []
+        for backend in ("inductor", None):
+            game, modules = _gan(gameopt.Extragradient(0.1), backend=backend, dynamic=False)
+            for batch in (16, 8, 12, 16):
+                game.step(batch)
+            states.append(_state(modules))
+    torch.testing.assert_close(*states, rtol=1e-7, atol=1e-9)
 
 
 SECOND = [*SECOND_ORDER, *(a for a in TWO_PLAYERS if a.name in ("ACGD", "CGD-zero-sum"))]
