@@ -40,7 +40,7 @@ __all__ = [
     "TORCH_VERSION",
     "TorchDispatchMode",
     "compiled_original",
-    "compiled_modules_follow_their_registry",
+    "eager_named_modules",
     "default_store",
     "disabled_torch_function_impl",
     "dtensor_type",
@@ -317,19 +317,25 @@ def compiled_original(module: nn.Module) -> nn.Module:
     return module
 
 
-def compiled_modules_follow_their_registry() -> bool:
-    """Whether ``torch.compile``'d code looks a module's parameters up in its registry
-    on every call (dynamo inlines built-in modules: ``inline_inbuilt_nn_modules``, on
-    by default from torch 2.5, always on and deprecated later), so that a parameter
-    substituted there (Jacobian products: ``autodiff.substitution``) is the one used.
-    torch 2.4 leaves it off: its compiled code keeps the parameters it was traced with
-    until a guard fails, and a substitution fails none. Checked on 2.4.1 (off), 2.13.0
-    and 2.14.1 (always on, the flag deprecated)."""
-    import torch._dynamo.config as config  # imported already where a module is compiled
+def eager_named_modules(module: nn.Module, remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Module]]:
+    """``module.named_modules()`` (the same order, prefixes and duplicates rule) with
+    every ``torch.compile`` wrapper on the way, the top one or a submodule's,
+    replaced by the module it wraps: the names are those of the eager modules
+    (``0.1``, not ``0._orig_mod.1``)."""
+    seen: set[int] = set()
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # deprecated where always on
-        return bool(getattr(config, "inline_inbuilt_nn_modules", True))
+    def walk(m: nn.Module, prefix: str) -> Iterator[tuple[str, nn.Module]]:
+        m = compiled_original(m)
+        if remove_duplicate:
+            if id(m) in seen:
+                return
+            seen.add(id(m))
+        yield prefix, m
+        for name, child in submodule_registry(m).items():
+            if child is not None:
+                yield from walk(child, f"{prefix}.{name}" if prefix else name)
+
+    return walk(module, "")
 
 
 def persistent_buffer_names(module: nn.Module) -> set[str]:

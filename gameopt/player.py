@@ -209,15 +209,23 @@ class Player:
             out = {id(p): spec for _, p in named}
         else:
             assert self.module is not None
-            # a torch.compile wrapper's names are its module's (``0.weight``, not ``_orig_mod.0.weight``)
-            by_name = dict(tc.compiled_original(self.module).named_parameters(remove_duplicate=False))
+            # by the eager modules' names (``0.weight``) where torch.compile wrapped the module or a
+            # submodule, and by the wrappers' (``_orig_mod.0.weight``, as named_parameters has them)
+            by_name = {
+                f"{prefix}.{n}" if prefix else n: p
+                for prefix, sub in tc.eager_named_modules(self.module, remove_duplicate=False)
+                for n, p in tc.parameter_registry(sub).items()
+                if p is not None
+            }
+            eager = list(by_name)
+            by_name.update(self.module.named_parameters(remove_duplicate=False))
             trainable = {id(p) for p in params}
             out = {}
             for key, c in spec.items():
                 if key not in by_name:
                     raise ValueError(
                         f"player {self.name!r}: constraint on {key!r}, but the module has no parameter named {key!r} "
-                        f"(its parameters: {', '.join(by_name)})"
+                        f"(its parameters: {', '.join(eager)})"
                     )
                 p = by_name[key]
                 if id(p) not in trainable:

@@ -16,7 +16,7 @@ from ..vec import Vec
 from .engine import KeptGraph, dummy, engine_vjp
 from .forward import dual_tangents, lacks_forward_ad
 from .joint import Part, entry_flat, entry_views, joint_vector, param_views
-from .problem import Problem, compiled_refused, no_path_error, refuse_compiled
+from .problem import Problem, no_path_error, refuse_compiled
 from .substitution import graph_inputs, jacobian_mode
 from .zero_sum import ZeroSumLinearization
 
@@ -66,14 +66,13 @@ class GeneralLinearization:
             self.pieces: list[Part] = [[None] * len(ins) for ins in self.inputs]
             # with ``cross``, per player i: ∇_{w_k} f_i for the other players' entries k, with its graph
             self.cross: list[dict[int, Part | None]] | None = [] if cross else None
+            refuse_compiled(problem.names, self.losses)
             for i, name in enumerate(problem.names):
                 if self.losses[i].grad_fn is None:
                     raise no_path_error(name)
                 loss = self.losses[i] if scale == 1.0 else self.losses[i] * scale
                 ins = self._all() if self.cross is not None else self.entries_of[i]
-                with compiled_refused(name, self.losses[i]):
-                    grads = self._grad([loss], None, ins, create_graph=True)
-                refuse_compiled(name, self.losses[i], [t for k in self.entries_of[i] for t in grads[k] or ()])
+                grads = self._grad([loss], None, ins, create_graph=True)
                 if scale != 1.0:  # loss scaling: every product below is unscaled
                     grads = {
                         k: None if g is None else [None if t is None else t / scale for t in g]

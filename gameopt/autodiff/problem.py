@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -150,34 +149,20 @@ def no_path_error(player_name: str) -> LossError:
     )
 
 
-def refuse_compiled(player_name: str, loss: Tensor, grads: Sequence[Tensor | None]) -> None:
-    """Raise :class:`LossError` if a gradient of ``loss`` taken with ``create_graph``
-    came out of a ``torch.compile``'d graph (aot_autograd's backward node): that
-    backward has no double backward, so every Jacobian product through it would raise
-    or, when the compiled graph saved only intermediates, come back silently as zero.
-    Where torch builds a graph for such a gradient (2.5 and newer), one attribute read
-    per tensor on the gradients already formed; where it returns a gradient without a
-    graph (2.4), which a loss linear in its parameters also does, a walk of ``loss``'s
-    graph tells the two apart (only then)."""
-    nodes = [None if t is None else t.grad_fn for t in grads]
-    constant = any(t is not None and not t.requires_grad for t in grads)
-    if any(_from_aot_autograd(n) for n in nodes) or (constant and _graph_has_aot_node(loss.grad_fn)):
-        raise _compiled_error(player_name)
-
-
-@contextlib.contextmanager
-def compiled_refused(player_name: str, loss: Tensor) -> Iterator[None]:
-    """Around differentiating ``loss`` with ``create_graph``: a ``RuntimeError`` from a
-    graph that holds an aot_autograd node is that graph's refusal (inductor's backward
-    donates its buffers and raises on ``create_graph``) and becomes the
-    :class:`LossError` that :func:`refuse_compiled` raises, the error chained. The graph
-    is walked only on an error."""
-    try:
-        yield
-    except RuntimeError as err:
-        if _graph_has_aot_node(loss.grad_fn):
-            raise _compiled_error(player_name) from err
-        raise
+def refuse_compiled(names: Sequence[str], losses: Sequence[Tensor]) -> None:
+    """Raise :class:`LossError` if a loss's autograd graph holds a graph that
+    ``torch.compile`` built with aot_autograd (its backends ``inductor`` and
+    ``aot_eager``; a compiled module, a compiled losses callable, or any compiled
+    piece on the way from the parameters, such as an activation), before it is
+    differentiated with ``create_graph``. Such a backward has no double backward: a
+    Jacobian product through it would raise (torch's own errors: "does not currently
+    support double backward", donated buffers), or come back silently wrong where
+    the compiled piece saved only intermediates. ``backend="eager"`` keeps torch's
+    autograd and passes. One walk over the graph the losses share (each node once)."""
+    seen: dict[int, object] = {}
+    for name, loss in zip(names, losses):
+        if _graph_has_aot_node(loss.grad_fn, seen):
+            raise _compiled_error(name)
 
 
 def _compiled_error(player_name: str) -> LossError:
@@ -199,15 +184,17 @@ def _from_aot_autograd(node: object) -> bool:
     )
 
 
-def _graph_has_aot_node(root: object) -> bool:
-    """Whether the autograd graph below ``root`` holds an aot_autograd node."""
-    seen: set[int] = set()
+def _graph_has_aot_node(root: object, seen: dict[int, object]) -> bool:
+    """Whether the autograd graph below ``root`` holds an aot_autograd node; the nodes
+    in ``seen`` (walked before, none of them one) are not walked again. It holds the
+    nodes, not only their ids: a node's Python object may be freed once dropped, and
+    its id taken by another's."""
     todo = [root]
     while todo:
         node = todo.pop()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         if _from_aot_autograd(node):
             return True
         todo.extend(n for n, _ in getattr(node, "next_functions", ()))

@@ -14,7 +14,7 @@ from ..evaluation import Evaluations, check_zero_sum, split_losses
 from ..vec import Vec
 from .engine import KeptGraph, engine_vjp
 from .joint import Part, entry_views, joint_vector
-from .problem import Problem, compiled_refused, no_path_error, refuse_compiled
+from .problem import Problem, no_path_error, refuse_compiled
 from .substitution import graph_inputs, jacobian_mode
 
 
@@ -66,11 +66,10 @@ class ZeroSumLinearization:
                 raise no_path_error(problem.names[0])
             # non-finite losses cannot show it: the game refuses them as non-finite
             check_zero_sum(self.losses, "zero_sum=True", nonfinite_ok=True)
-            with compiled_refused(problem.names[0], f):
-                grads = torch.autograd.grad(
-                    f if scale == 1.0 else f * scale, self._flat_inputs, create_graph=True, allow_unused=True
-                )
-        refuse_compiled(problem.names[0], f, grads)
+            refuse_compiled(problem.names[:1], [f])
+            grads = torch.autograd.grad(
+                f if scale == 1.0 else f * scale, self._flat_inputs, create_graph=True, allow_unused=True
+            )
         if scale != 1.0:
             grads = tuple(None if t is None else t / scale for t in grads)  # every product below is unscaled
         self._keep = [k for k, t in enumerate(grads) if t is not None and t.requires_grad]

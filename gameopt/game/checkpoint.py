@@ -126,8 +126,8 @@ def _module_buffers(player: Player) -> dict[str, Tensor]:
     if player.module is None:
         return {}
     out = {}
-    # a torch.compile wrapper: the module it holds (names as in eager mode)
-    for prefix, sub in tc.compiled_original(player.module).named_modules():
+    # torch.compile wrappers (the module's or a submodule's): the modules they hold (names as in eager mode)
+    for prefix, sub in tc.eager_named_modules(player.module):
         keep = tc.persistent_buffer_names(sub)
         for name, b in tc.buffer_registry(sub).items():
             if b is not None and name in keep:

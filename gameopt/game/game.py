@@ -398,11 +398,9 @@ class Game:
         return self._shards is not None
 
     def _check_fits(self, algorithm: Algorithm) -> None:
-        """Second-order algorithms have no projected version. They need double backward:
+        """Second-order algorithms have no projected version. (They need double backward:
         whether a ``torch.compile``'d module or loss gives it depends on its backend, so
-        the first step's gradients tell, before anything moves (``refuse_compiled``);
-        compiled modules are refused here only where torch's compiled code would not see
-        the parameters their products substitute (torch 2.4)."""
+        each step's graph tells, before it is differentiated: ``refuse_compiled``.)"""
         if algorithm.first_order:
             return
         if self._shards is not None:
@@ -415,16 +413,6 @@ class Game:
             raise ValueError(
                 f"{type(algorithm).__name__} uses Jacobian products and has no projected or mirror version: "
                 f"constrained players need a first-order algorithm ({first_order_names()})"
-            )
-        compiled = [
-            p.name for p in self.players if p.module is not None and tc.compiled_original(p.module) is not p.module
-        ]
-        if compiled and not tc.compiled_modules_follow_their_registry():
-            raise ValueError(
-                f"{type(algorithm).__name__} uses Jacobian products, which substitute the players' parameters in "
-                f"their modules; this torch ({torch.__version__}) compiles modules with their parameters fixed "
-                f"(players {compiled}): give the game the uncompiled modules (torch 2.5 and newer take "
-                f"modules compiled with backend='eager'), or use a first-order algorithm ({first_order_names()})"
             )
 
     # ---------------------------------------------------------- data parallel

@@ -11,6 +11,7 @@ first step, before anything moves, where it does not (aot_autograd's graphs).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 
@@ -22,7 +23,6 @@ from torch import Tensor, nn
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import gameopt
-from gameopt import _torch_compat as tc
 from gameopt import constraints as C
 from gameopt.testing.table import ALGORITHMS, SECOND_ORDER, TWO_PLAYERS, AlgoInfo, learning_rates
 
@@ -30,10 +30,6 @@ from gameopt.testing.table import ALGORITHMS, SECOND_ORDER, TWO_PLAYERS, AlgoInf
 pytestmark = pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
 HOW = ["modules", "losses"]
 STEPS = 3
-#: torch 2.5 and newer: compiled code looks parameters up per call, so Jacobian products
-#: (which substitute them) may go through compiled modules; torch 2.4 refuses at the build
-FOLLOW = tc.compiled_modules_follow_their_registry()
-FIXED = "compiles modules with their parameters fixed"
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +90,8 @@ def _equal(a: list[Tensor], b: list[Tensor]) -> bool:
     return all(torch.equal(s, t) for s, t in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize(("how", "verdict"), [("modules", "host"), ("losses", "host"), ("modules", "device")])
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("info", ALGORITHMS, ids=[a.name for a in ALGORITHMS])
 def test_every_first_order_algorithm_steps_compiled_losses_and_modules_as_the_eager_ones(info, how, verdict) -> None:
     counter = CompileCounterWithBackend("aot_eager")
@@ -126,25 +123,27 @@ def test_inductor_compiled_modules_step_as_the_eager_ones_within_rounding() -> N
         torch.testing.assert_close(_run(info, backend="inductor"), eager, rtol=1e-7, atol=1e-9)
 
 
-@pytest.mark.skipif(not FOLLOW, reason="torch 2.4 refuses compiled modules with second-order algorithms at the build")
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="inductor needs a C++ compiler")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")  # inductor imports torch.jit APIs
 @pytest.mark.parametrize("name", ["SGA", "ACGD"])
 def test_second_order_algorithms_refuse_inductor_graphs_that_donate_their_buffers(name) -> None:
     """Recompiled for a second batch size, inductor's backward donates buffers (torch
-    2.6 and newer) and raises on ``create_graph`` itself: the same ``LossError``, the
-    RuntimeError chained, and nothing moved."""
+    2.6 and newer) and raises torch's RuntimeError on ``create_graph`` (it did here):
+    the graph is refused before it is differentiated, and nothing moved."""
     torch.manual_seed(0)
     gen, disc = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)), nn.Linear(2, 1)
     g, d = torch.compile(gen), torch.compile(disc)
-    for batch in (16, 32):
-        d(g(torch.randn(batch, 8))).sum().backward()
 
     def losses() -> tuple[Tensor, Tensor]:
         f = d(torch.randn(16, 2)).mean() - d(g(torch.randn(16, 8))).mean()
         return f, -f
 
+    # built first: torch 2.4's guards hold weak references to the parameters they saw, which fusing refuses
     game = gameopt.Game([g, d], losses, algorithm=next(a for a in SECOND if a.name == name).make([0.1, 0.1]))
+    donating = hasattr(torch._functorch.config, "donated_buffer")  # torch 2.6 and newer; on by default
+    with torch._functorch.config.patch(donated_buffer=True) if donating else contextlib.nullcontext():
+        for batch in (16, 32):
+            d(g(torch.randn(batch, 8))).sum().backward()
     before = _state([gen, disc])
     with pytest.raises(gameopt.LossError, match="aot_autograd"):
         game.step()
@@ -187,10 +186,6 @@ SECOND = [*SECOND_ORDER, *(a for a in TWO_PLAYERS if a.name in ("ACGD", "CGD-zer
 def test_second_order_algorithms_run_where_the_compiled_graph_has_double_backward(info, how) -> None:
     """``backend="eager"``: dynamo's graph runs in torch's own autograd, double backward included."""
     counter = CompileCounterWithBackend("eager")
-    if how == "modules" and not FOLLOW:
-        with pytest.raises(ValueError, match=FIXED):
-            _run(info, how=how, backend=counter)
-        return
     compiled = _run(info, how=how, backend=counter)
     assert counter.frame_count >= 1
     assert _equal(compiled, _run(info))
@@ -200,10 +195,6 @@ def test_second_order_algorithms_run_where_the_compiled_graph_has_double_backwar
 @pytest.mark.parametrize("name", ["SGA", "CGD", "Consensus-Adam", "Lookahead-CGD", "ACGD", "CGD-zero-sum"])
 def test_second_order_algorithms_refuse_graphs_without_double_backward_before_anything_moves(name, how) -> None:
     info = next(a for a in SECOND if a.name == name)
-    if how == "modules" and not FOLLOW:
-        with pytest.raises(ValueError, match=FIXED):
-            _gan(info.make(learning_rates(2)), how=how, backend="aot_eager", zero_sum=info.players == 2)
-        return
     game, modules = _gan(info.make(learning_rates(2)), how=how, backend="aot_eager", zero_sum=info.players == 2)
     before = _state(modules)
     for _ in range(2):  # refused each time, and nothing moved
@@ -214,14 +205,10 @@ def test_second_order_algorithms_refuse_graphs_without_double_backward_before_an
 
 def test_a_game_of_compiled_modules_changes_to_a_second_order_algorithm_as_an_eager_game_does() -> None:
     """The first-order steps' compiled code, traced on the parameters, then serves the
-    Jacobian products (on their substitutes), or is refused where it cannot (torch 2.4)."""
+    Jacobian products (on their substitutes)."""
     games = [_gan(gameopt.SimGD(0.1), backend=backend) for backend in ("eager", None)]
     for game, _ in games:
         game.step()
-        if not FOLLOW and game is games[0][0]:
-            with pytest.raises(ValueError, match=FIXED):
-                game.algorithm = gameopt.SGA(0.1)
-            return
         game.algorithm = gameopt.SGA(0.1)
         game.step()
     assert _equal(*(_state(modules) for _, modules in games))
@@ -232,9 +219,71 @@ def test_a_game_of_compiled_modules_changes_to_a_second_order_algorithm_and_is_r
     compiled for the same modules' forward in the test above.)"""
     aot = _gan(gameopt.SimGD(0.1), backend="aot_eager")[0]
     aot.step()
-    if FOLLOW:  # whether the graph has double backward shows at the step
-        aot.algorithm = gameopt.SGA(0.1)
-        with pytest.raises(gameopt.LossError, match="aot_autograd"):
-            aot.step()
+    aot.algorithm = gameopt.SGA(0.1)  # whether the graph has double backward shows at the step
+    with pytest.raises(gameopt.LossError, match="aot_autograd"):
+        aot.step()
     aot.algorithm = gameopt.SimGD(0.1)
     aot.step()
+
+
+class _Cubed(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(x) ** 3
+
+
+SECOND_WAYS = {
+    "SGA": lambda: gameopt.SGA(0.1),
+    "SGA-forward": lambda: gameopt.SGA(0.1, jvp="forward"),
+    "CGD": lambda: gameopt.CGD(0.1),
+}
+
+
+@pytest.mark.parametrize("name", list(SECOND_WAYS))
+def test_a_compiled_piece_on_the_way_from_the_parameters_is_refused_by_second_order_algorithms(name) -> None:
+    """An aot_autograd graph that holds none of the players' parameters (a compiled
+    activation) is on every path from them: its backward has no double backward, and
+    the products through it came back wrong (SGA, CGD) or raised torch's error
+    (forward mode). Refused before anything moves; first-order algorithms run on it."""
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)), nn.Linear(2, 1, bias=False)
+    act = torch.compile(_Cubed(), backend="aot_eager")
+    z = torch.randn(16, 2)
+
+    def losses() -> tuple[Tensor, Tensor]:
+        f = act(disc(gen(z))).mean()
+        return f, -f
+
+    game = gameopt.Game([gen, disc], losses, algorithm=SECOND_WAYS[name]())
+    before = _state([gen, disc])
+    with pytest.raises(gameopt.LossError, match="aot_autograd"):
+        game.step()
+    assert _equal(_state([gen, disc]), before)
+    game.algorithm = gameopt.SimGD(0.1)
+    game.step()
+    assert not _equal(_state([gen, disc]), before)
+
+
+def test_a_compiled_submodule_keeps_the_eager_names_in_checkpoints_and_constraints() -> None:
+    def make(compiled: bool) -> tuple[gameopt.Game, nn.Module]:
+        torch.manual_seed(0)
+        inner = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8))
+        gen = nn.Sequential(
+            torch.compile(inner, backend="aot_eager") if compiled else inner, nn.Tanh(), nn.Linear(8, 2)
+        )
+        disc, z = nn.Linear(2, 1), torch.randn(16, 2)
+        box = gameopt.constraints.Box(-0.2, 0.2)
+        players = [gameopt.Player(gen, constraint={"0.0.weight": box}), gameopt.Player(disc)]
+        return gameopt.Game(players, lambda: (-disc(gen(z)).mean(), disc(gen(z)).mean())), gen
+
+    (compiled, _), (eager, _) = make(True), make(False)
+    compiled.step()
+    saved = compiled.state_dict()
+    assert set(saved["players"][0]["buffers"]) == {"0.1.running_mean", "0.1.running_var", "0.1.num_batches_tracked"}
+    eager.load_state_dict(saved)
+    assert _equal(_state([p.module for p in eager.players]), _state([p.module for p in compiled.players]))
+    # the wrapper's name, which named_parameters gives, is taken too; a wrong name lists the eager ones
+    inner = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8))
+    gen = nn.Sequential(torch.compile(inner, backend="aot_eager"), nn.Tanh(), nn.Linear(8, 2))
+    gameopt.Player(gen, constraint={"0._orig_mod.0.weight": gameopt.constraints.Box(-1, 1)})
+    with pytest.raises(ValueError, match=r"its parameters: 0\.0\.weight, 0\.0\.bias, 0\.1\.weight"):
+        gameopt.Player(gen, constraint={"0.weight": gameopt.constraints.Box(-1, 1)})
