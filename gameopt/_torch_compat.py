@@ -115,26 +115,28 @@ foreach_addcmul_ = _foreach("addcmul_")
 foreach_copy_ = _foreach("copy_")
 
 
-def fused_add_unless_(x: Tensor, d: Tensor, alpha: float, found_inf: Tensor) -> None:
-    """In place, ``x += alpha · d`` unless ``found_inf`` (a 0-d float32 tensor on
-    ``x``'s device) is nonzero, decided on the device: ``torch._fused_sgd_`` with
+def fused_add_unless_(xs: Sequence[Tensor], ds: Sequence[Tensor], alpha: float, found_inf: Tensor) -> None:
+    """In place, each ``x += alpha · d`` unless ``found_inf`` (a 0-d float32 tensor on
+    the tensors' device) is nonzero, decided on the device: ``torch._fused_sgd_`` with
     ``lr = −alpha``, the kernel that skips a step when a ``GradScaler`` found an
-    overflow; ``x``'s version counter moves by one as with an in-place add (the kernel
-    leaves it). On the CPU, ``x − (−alpha)·d`` is ``x + alpha·d`` bit for bit in float32
-    and float64; the CUDA kernel forms ``alpha·d`` in double. Checked on 2.4.1, 2.13.0,
-    2.14.1. The CPU kernel for float16 and bfloat16 writes wrong values (torch 2.13:
-    vectors of 16 elements or more left unmoved or garbled), so there, as where the
-    kernel is missing: ``torch.where`` (a temporary and a copy; the host verdict's
-    rounding)."""
+    overflow (one launch for all); each ``x``'s version counter moves by one as with an
+    in-place add (the kernel leaves it). On the CPU, ``x − (−alpha)·d`` is ``x + alpha·d``
+    bit for bit in float32 and float64; the CUDA kernel forms ``alpha·d`` in double.
+    Checked on 2.4.1, 2.13.0, 2.14.1. The CPU kernel for float16 and bfloat16 writes
+    wrong values (torch 2.13: vectors of 16 elements or more left unmoved or garbled),
+    so there, as where the kernel is missing: ``torch.where`` (a temporary and a copy;
+    the host verdict's rounding)."""
     fused = getattr(torch, "_fused_sgd_", None)
-    if fused is not None and not PUBLIC_ONLY and not (x.is_cpu and x.dtype in (torch.float16, torch.bfloat16)):
+    if fused is not None and not PUBLIC_ONLY and not (xs[0].is_cpu and xs[0].dtype in (torch.float16, torch.bfloat16)):
         fused(
-            [x], [d], [], weight_decay=0.0, momentum=0.0, lr=-alpha, dampening=0.0,
+            list(xs), list(ds), [], weight_decay=0.0, momentum=0.0, lr=-alpha, dampening=0.0,
             nesterov=False, maximize=False, is_first_step=False, found_inf=found_inf,
         )  # fmt: skip
-        increment_version(x)  # the fused kernel does not: a graph that saved x must see the write
+        for x in xs:
+            increment_version(x)  # the fused kernel does not: a graph that saved x must see the write
         return
-    x.copy_(torch.where(found_inf > 0, x, torch.add(x, d, alpha=alpha)))
+    for x, d in zip(xs, ds):
+        x.copy_(torch.where(found_inf > 0, x, torch.add(x, d, alpha=alpha)))
 
 
 foreach_div = _foreach("div")

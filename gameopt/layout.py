@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -18,7 +19,7 @@ from . import _torch_compat as tc
 from . import debug
 from .buffer import FlatBuffer, Segment, segment_view, split_plan
 from .player import Player
-from .vec import Scaled, Vec
+from .vec import Scaled, Vec, filled_step
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,9 @@ class JointLayout:
         ``factorᵢ · dᵢ``, written where it says (``into``), else into ``empty()``."""
         if isinstance(step, Vec):
             return step
-        into = step.into if step.into is not None else (empty or self.empty)()
-        return self.scale_(step.direction, step.factors, out=into)
+        step = filled_step(step)  # (a direction where autograd left it: into the buffer first)
+        into = cast(Vec, step.into) if step.into is not None else (empty or self.empty)()
+        return self.scale_(cast(Vec, step.direction), step.factors, out=into)
 
     def add_scaled(self, out: Vec, w: Vec, vec: Vec, factors: Sequence[float]) -> Vec:
         """``out = w + factor · vec`` with one factor per joint group

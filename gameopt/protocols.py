@@ -8,7 +8,7 @@ gameopt has no import cycle).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from .evaluation import StepLosses
     from .layout import JointLayout
     from .player import Player
-    from .vec import Step, Vec
+    from .vec import Pieces, Step, Vec
 
-Along = tuple["Vec", Sequence[float]]  # (direction, one factor per player)
+Along = tuple["Vec | Pieces", Sequence[float]]  # (direction, one factor per player)
 
 
 class Linearization(Protocol):
@@ -152,12 +152,38 @@ class OracleInterface(Protocol):
         """A new joint vector of the caller's, contents undefined (tracked by the game for this step)."""
         ...
 
-    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec:
+    @overload
+    def xi(
+        self,
+        at: Vec | None = None,
+        players: Sequence[int] | None = None,
+        along: Along | None = None,
+        pieces: Literal[False] = False,
+    ) -> Vec: ...
+
+    @overload
+    def xi(
+        self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None, *, pieces: bool
+    ) -> Vec | Pieces: ...
+
+    def xi(
+        self,
+        at: Vec | None = None,
+        players: Sequence[int] | None = None,
+        along: Along | None = None,
+        pieces: bool = False,
+    ) -> Vec | Pieces:
         """ξ at the current point, at the point ``at``, or with ``along=(d, factors)`` at
         w + factorᵢ·dᵢ (each player's part with its factor, through the players'
         feasible sets; ``d`` is left as it is). With ``players`` (indices), only those
         players' parts are computed (the rest is meaningless). Borrowed: the game's
-        gradient buffer, valid until the next call. Not checked finite."""
+        gradient buffer, valid until the next call. Not checked finite.
+
+        With ``pieces`` (all players), ξ may come as :class:`~gameopt.vec.Pieces`: the
+        gradients where autograd left them, not copied into the buffer, for an
+        algorithm whose rule reads ξ as it is (:attr:`~gameopt.Algorithm.reads_xi_as_is`)
+        to hand to :meth:`~gameopt.Algorithm.scaled_descent` or to ``xi(along=...)``
+        and nothing else (``Pieces.filled()`` is the joint vector)."""
         ...
 
     def linearize(

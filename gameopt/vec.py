@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -208,10 +209,14 @@ class Scaled:
 
     Args:
         direction: ``d``, a joint vector, read by the move (it must stay as it is
-            until then).
+            until then); or ξ where autograd left it (:class:`~gameopt.vec.Pieces`,
+            from :meth:`~gameopt.Algorithm.scaled_descent`), which the move and the
+            step's check read there and everything else fills into the buffer first
+            (:func:`~gameopt.vec.filled_step`).
         factors: one factor per player.
         into: where :meth:`~gameopt.JointLayout.resolve` may write the step
-            (the direction itself when it is scratch); ``None``: a new vector.
+            (the direction itself when it is scratch; for a ``Pieces`` direction, the
+            buffer it fills); ``None``: a new vector.
         implied: tensors of the new state that are finite whenever the direction
             and the rest of the new state are (an update rule's ``implied``
             entries): the step's check does not read them.
@@ -225,9 +230,9 @@ class Scaled:
 
     def __init__(
         self,
-        direction: Vec,
+        direction: Vec | Pieces,
         factors: Sequence[float],
-        into: Vec | None = None,
+        into: Vec | Pieces | None = None,
         implied: Sequence[Tensor] = (),
         bounds: Sequence[float | None] | None = None,
     ) -> None:
@@ -243,6 +248,137 @@ class Scaled:
 
 #: what an algorithm's update returns: the step as a vector, or as a direction and factors
 Step = Vec | Scaled
+
+
+# ------------------------------------------------ ξ where autograd left it
+@dataclass(frozen=True)
+class PieceViews:
+    """Where each parameter's piece of a joint vector lies, for :class:`Pieces` (made
+    once per layout: ``Problem.piece_views``)."""
+
+    #: the joint gradient buffer (what :meth:`Pieces.filled` returns)
+    grad: Vec
+    #: per player, its parameters' views of :attr:`grad`
+    grad_views: list[list[Tensor]]
+    #: per player, its parameters' views of the joint point (sharing its groups' version counters)
+    point_views: list[list[Tensor]]
+    #: the joint group of each parameter, player after player
+    groups: list[int]
+    #: per joint group, how many parameters it holds (the writes of a move by pieces)
+    group_params: list[int]
+
+
+class Pieces:
+    """ξ held as the gradients autograd returned, one tensor per parameter, not copied
+    into the joint gradient buffer.
+
+    A plain gradient step reads ξ twice: the step's check (``max|ξ|``, its finiteness
+    verdict) and the move (``w + factor·ξ``). Copying ξ into the fused buffer first is a
+    pass over memory (2N per evaluation) that the bare loop, ``autograd.grad`` then
+    ``torch._foreach_add_``, does not pay. An algorithm whose rule reads ξ as it is
+    (:attr:`~gameopt.Algorithm.reads_xi_as_is`) asks ``oracle.xi(pieces=True)``; where
+    the evaluation allows it (players with large tensors, no loss scale, not
+    data-parallel: ``gameopt.autodiff.xi.leaves_in_place``) it gets this, to hand to
+    :meth:`~gameopt.Algorithm.scaled_descent` (a :class:`Scaled` step that the game's
+    check and move read here) or to ``oracle.xi(along=...)``, and nowhere else:
+    :meth:`filled` is the joint vector (the copy, once), which
+    :meth:`~gameopt.JointLayout.resolve` and every other reader take. Borrowed, as
+    ``oracle.xi()``'s result: the next evaluation releases it.
+
+    Args:
+        where: the layout's :class:`PieceViews`.
+        parts: per player, its gradients (aligned with its parameters): autograd's
+            tensors, or the buffer's own views where the evaluation wrote there.
+    """
+
+    __slots__ = ("where", "parts", "_filled", "_spent")
+
+    def __init__(self, where: PieceViews, parts: Sequence[Sequence[Tensor]]) -> None:
+        self.where = where
+        self.parts = [list(p) for p in parts]
+        self._filled = False
+        self._spent = False
+
+    def filled(self) -> Vec:
+        """The joint vector: the gradients copied into the gradient buffer (one foreach
+        copy, the first time), which is returned (borrowed, as ``oracle.xi()``'s)."""
+        self._check()
+        if not self._filled:
+            pairs = [(v, g) for vs, part in zip(self.where.grad_views, self.parts) for v, g in zip(vs, part)]
+            moved = [(v, g) for v, g in pairs if v is not g]
+            if moved:
+                tc.foreach_copy_([v for v, _ in moved], [g for _, g in moved])
+            self.parts = [list(views) for views in self.where.grad_views]
+            self._filled = True
+        return self.where.grad
+
+    def tensors(self) -> list[Tensor]:
+        """Every gradient, player after player."""
+        self._check()
+        return [g for part in self.parts for g in part]
+
+    def group_bounds(self, per_tensor: Sequence[Any]) -> list[Any]:
+        """Per joint group, the largest of ``per_tensor`` (one bound per tensor of
+        :meth:`tensors`: floats, or 0-d tensors under the device verdict, where NaN
+        propagates) over the group's parameters; 0.0 for a group without any."""
+        buckets: list[list[Any]] = [[] for _ in self.where.group_params]
+        for g, b in zip(self.where.groups, per_tensor):
+            buckets[g].append(b)
+        return [_largest(bs) for bs in buckets]
+
+    def add_to_point(self, factors: Sequence[float]) -> None:
+        """In place, the joint point ``w += factorᵢ · ξᵢ`` through each parameter's view of
+        it (one write per parameter, as ``torch.optim.SGD``'s ``p.add_(grad, alpha=-lr)``):
+        one foreach add for all players where their factors agree, else one per player."""
+        with torch.no_grad():
+            for views, part, f in self._by_factor(factors):
+                tc.foreach_add_(views, part, alpha=f)
+
+    def add_to_point_unless(self, factors: Sequence[float], found_inf: Tensor) -> None:
+        """:meth:`add_to_point` unless ``found_inf`` (a 0-d float32 tensor on the device)
+        is nonzero, decided on the device (``torch._fused_sgd_``)."""
+        with torch.no_grad():
+            for views, part, f in self._by_factor(factors):
+                tc.fused_add_unless_(views, part, f, found_inf)
+
+    def release(self) -> None:
+        """Let the gradients go (the next evaluation of the step began: they are stale,
+        and holding them would keep a vector alive through it); any later use raises
+        ``RuntimeError``."""
+        self.parts, self._spent = [], True
+
+    def _by_factor(self, factors: Sequence[float]) -> list[tuple[list[Tensor], list[Tensor], float]]:
+        self._check()
+        views = self.where.point_views
+        if all(f == factors[0] for f in factors):
+            return [([v for vs in views for v in vs], self.tensors(), float(factors[0]))]
+        return [(vs, part, float(f)) for vs, part, f in zip(views, self.parts, factors)]
+
+    def _check(self) -> None:
+        if self._spent:
+            raise RuntimeError(
+                "this ξ (oracle.xi(pieces=True)) was borrowed until the next evaluation, which has begun: "
+                "use it before evaluating again (or keep a copy of pieces.filled())"
+            )
+
+    def __repr__(self) -> str:
+        return f"Pieces({sum(map(len, self.parts))} tensors, filled={self._filled})"
+
+
+def filled_step(step: Scaled) -> Scaled:
+    """``step`` with its direction a joint vector: a :class:`Pieces` direction filled
+    (the step may then be written into the buffer where it was scratch)."""
+    if not isinstance(step.direction, Pieces):
+        return step
+    vec = step.direction.filled()
+    into = vec if step.into is step.direction else step.into
+    return Scaled(vec, step.factors, into=into, implied=step.implied, bounds=step.bounds)
+
+
+def _largest(bounds: list[Any]) -> Any:
+    if len(bounds) <= 1:
+        return bounds[0] if bounds else 0.0
+    return max(bounds) if isinstance(bounds[0], float) else torch.stack(bounds).amax()
 
 
 def dot(a: Iterable[Tensor], b: Iterable[Tensor]) -> Tensor:

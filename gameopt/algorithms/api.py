@@ -43,6 +43,10 @@ What it holds (each name documented where it is defined):
   ``dot``/``norm``), ``Layout`` (what an algorithm reads of the game's joint layout,
   ``oracle.layout`` and ``game.layout``) and ``owned`` (a vector of the caller's
   instead of the borrowed gradient buffer, for a state to keep);
+* ``Pieces``: ξ where autograd left it (``oracle.xi(pieces=True)``, no copy into the
+  gradient buffer), for an algorithm whose rule reads ξ as it is
+  (``self.reads_xi_as_is``) to pass to ``self.scaled_descent`` or to
+  ``oracle.xi(along=...)``; ``Pieces.filled()`` is the joint vector;
 * ``Scaled`` and ``Step``: what ``update`` returns, a step as a joint vector or as a
   direction with one factor per player (``self.scaled_descent``), which the game's
   move applies in its own pass (:class:`gameopt.algorithms.api.Scaled`); a wrapper forms a
@@ -75,7 +79,7 @@ from ..state import Carry
 from ..updates import State as RuleState
 from ..updates import UpdateRule, next_count, stepped
 from ..updates import apply as apply_rule
-from ..vec import Scaled, Step, Vec
+from ..vec import Pieces, Scaled, Step, Vec
 from .base import Algorithm, Hyper, Setting, Wrapper
 
 __all__ = [
@@ -99,6 +103,7 @@ __all__ = [
     "OptimisticState",
     "Oracle",
     "PastExtragradientState",
+    "Pieces",
     "RuleState",
     "Scaled",
     "Setting",

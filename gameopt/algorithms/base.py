@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from ..settings import Setting
 from ..state import clone_state, moved_like, retyped, tensors_in
 from ..updates import Plain, State, UpdateRule, apply, rule_from
-from ..vec import Scaled
+from ..vec import Pieces, Scaled
 from ._checkpoint import S, _Checkpoints, _WrapperCheckpoints, plain
 from ._param_groups import Hyper, _ParamGroups, _WrapperParamGroups, check_lr, hypers_of
 
@@ -148,7 +148,7 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
     def descend(
         self,
         oracle: OracleInterface,
-        d: Vec,
+        d: Vec | Pieces,
         rule_state: dict[str, Any],
         scratch: bool = False,
         own_state: bool = False,
@@ -160,10 +160,17 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         step, new_rule_state = self.scaled_descent(oracle, d, rule_state, scratch=scratch, own_state=own_state)
         return oracle.layout.resolve(step, oracle.empty), new_rule_state
 
+    @property
+    def reads_xi_as_is(self) -> bool:
+        """Whether the update rule is the plain gradient (:class:`~gameopt.Plain`): its
+        direction is ξ itself, which :meth:`scaled_descent` may then take as
+        :class:`~gameopt.vec.Pieces` (``oracle.xi(pieces=True)``: no copy of ξ)."""
+        return type(self.rule) is Plain
+
     def scaled_descent(
         self,
         oracle: OracleInterface,
-        d: Vec,
+        d: Vec | Pieces,
         rule_state: dict[str, Any],
         scratch: bool = False,
         own_state: bool = False,
@@ -173,8 +180,12 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         pass: return it from :meth:`update` as it is, one pass over memory fewer than
         scaling first. The direction may be ``d`` or the rule's state: it is read when
         the game moves, so nothing may write into either before ``update`` returns."""
-        out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
         factors = [-float(g["lr"]) for g in self.param_groups]
+        if isinstance(d, Pieces):  # ξ where autograd left it (oracle.xi(pieces=True))
+            if self.reads_xi_as_is:
+                return Scaled(d, factors, into=d if scratch else None), rule_state
+            d = d.filled()
+        out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
         implied = [t for k in self.rule.implied for t in new_rule_state[k]] if self.rule.implied else ()
         bounds = self.rule.direction_bounds(new_rule_state, out)
         state_tensors = tensors_in(new_rule_state) if new_rule_state else []

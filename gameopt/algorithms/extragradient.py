@@ -11,6 +11,7 @@ from .api import (
     Algorithm,
     DescentState,
     OptimisticState,
+    Pieces,
     Setting,
     UpdateRule,
     Vec,
@@ -72,8 +73,13 @@ class Extragradient(Algorithm[DescentState]):
         # is in (Adam on large vectors: from a copy of ξ(w), one vector held during that
         # evaluation instead of two moments); the committed state is only read, so a
         # failure anywhere loses nothing
-        out, memo = self.rule.extrapolate(oracle.xi(), state["rule"], oracle.empty)
-        xi_x = oracle.xi(along=(out, [-lr for lr in lrs]))  # ξ(w'), w' = w − η' out
+        plain = self.reads_xi_as_is  # ξ read where autograd left it (no copy): the moves take it as it is
+        xi = oracle.xi(pieces=plain)
+        # (the plain rule's extrapolation is ξ itself, its state none)
+        out, memo = (
+            (xi, state["rule"]) if isinstance(xi, Pieces) else self.rule.extrapolate(xi, state["rule"], oracle.empty)
+        )
+        xi_x = oracle.xi(along=(out, [-lr for lr in lrs]), pieces=plain)  # ξ(w'), w' = w − η' out
         rule_state = self.rule.resume(memo, state["rule"], oracle.empty)  # this step's own
         delta, rule_state = self.scaled_descent(oracle, xi_x, rule_state, scratch=True, own_state=True)
         return delta, {"rule": rule_state}

@@ -14,7 +14,7 @@ from .. import _torch_compat as tc
 from ..evaluation import LossError
 from ..layout import JointLayout
 from ..sharded import ShardedBuffer
-from ..vec import Vec
+from ..vec import PieceViews, Vec
 
 
 class ForwardMode:
@@ -86,6 +86,25 @@ class Problem:
         counter, a leaf of its own) that kept graphs are built on, so that they pin
         no parameter. Shared by every linearization of this layout."""
         return {id(p): p.detach().requires_grad_() for ps in self.params for p in ps}
+
+    @functools.cached_property
+    def piece_views(self) -> PieceViews:
+        """Where each parameter's piece of ξ lies (:class:`~gameopt.vec.Pieces`): per player,
+        its parameters' views of the joint gradient buffer and of the joint point (each
+        a view of its group's tensor, sharing its version counter), and their groups."""
+        layout = self.layout
+        point, group = {}, {}
+        for e in layout.entries:
+            for p, v in zip(e.buffer.params, e.buffer.views(layout.entry_view(layout.data, e))):
+                point[id(p)], group[id(p)] = v, e.group
+        groups = [group[id(p)] for ps in self.params for p in ps]
+        return PieceViews(
+            grad=layout.grad,
+            grad_views=self.grad_views,
+            point_views=[[point[id(p)] for p in ps] for ps in self.params],
+            groups=groups,
+            group_params=[groups.count(g) for g in range(len(layout.data))],
+        )
 
     @functools.cached_property
     def entry_params(self) -> list[list[Tensor]]:

@@ -37,10 +37,19 @@ IN_PLACE_MIN = 1 << 12
 #: copied whatever the size of its tensors (one fused copy, no launch per tensor); a
 #: larger one goes through ``.grad`` (its gradient never alive whole beside the buffer)
 DEVICE_CAPTURE_MAX = 1 << 27
+#: a player off the CPU leaves ξ where autograd put it (:func:`leaves_in_place`) only
+#: with tensors of at least this many elements on average: there each tensor's check is
+#: a launch or two (about 5 µs of host time each), which the copy they spare (two passes
+#: at a few TB/s) repays from about 2²¹ elements; an estimate, not yet measured on a GPU
+DEVICE_PIECES_MIN = 1 << 21
 
 
 def vector_field(
-    problem: Problem, which: Sequence[int], closure: Callable[[], Any], scale: float = 1.0
+    problem: Problem,
+    which: Sequence[int],
+    closure: Callable[[], Any],
+    scale: float = 1.0,
+    keep: list[Sequence[Tensor]] | None = None,
 ) -> tuple[list[Tensor], Mapping[str, Any]]:
     """ξ_i for the players in ``which`` into the fused gradient buffers; returns the
     detached losses and the metrics. Other players' gradient buffers are left untouched.
@@ -52,7 +61,13 @@ def vector_field(
     through ``.grad`` (:func:`through_grad`; see :func:`_goes_through_grad`); the others'
     gradients are captured (``autograd.grad``) and copied into the buffers, several
     players at once (:data:`COPY_BATCH`). The loop is the whole first-order step on a small
-    game, so the common capture (every gradient there, dense) is written out in it."""
+    game, so the common capture (every gradient there, dense) is written out in it.
+
+    With ``keep`` (a list, where :func:`leaves_in_place` allows it: every player), each
+    player's gradients are captured and appended to it instead (autograd's tensors,
+    aligned with ``problem.params[i]``: :class:`gameopt.vec.Pieces`), not copied;
+    a player some of whose parameters no gradient reaches has its gradient copied
+    (those parts zeroed) and its buffer's views appended."""
     losses, metrics = split_losses(closure(), problem.names)
     if scale != 1.0:
         losses = [loss * scale for loss in losses]
@@ -70,7 +85,7 @@ def vector_field(
                 with torch.no_grad():
                     tc.foreach_div_(problem.grad_views[i], scale)
             continue
-        if _goes_through_grad(problem, i):
+        if keep is None and _goes_through_grad(problem, i):
             through_grad(problem, i, loss, retain_graph=k < last)
             if scale != 1.0:
                 with torch.no_grad():
@@ -86,6 +101,12 @@ def vector_field(
                     break
         if plain:
             got: Sequence[Tensor] = cast("tuple[Tensor, ...]", grads)  # every one there (checked above)
+            if keep is not None:  # left where autograd put it
+                keep.append(got)
+                continue
+        elif keep is not None:
+            keep.append(problem.grad_views[i])
+            views, got = _reached(problem, i, grads)
         else:  # a view no gradient reaches is zeroed now; sparse gradients densified
             views, got = _reached(problem, i, grads)
         dst += views
@@ -126,6 +147,24 @@ def _gradient(
         if loss.grad_fn is None:
             raise no_path_error(problem.names[i]) from err
         raise
+
+
+def leaves_in_place(problem: Problem, scale: float = 1.0) -> bool:
+    """Whether an evaluation of every player's ξ may leave the gradients where autograd
+    puts them (``vector_field(keep=...)``, :class:`gameopt.vec.Pieces`): every player's
+    tensors large on average (on the CPU :data:`IN_PLACE_MIN`, where a reduction and an
+    add per tensor cost little more than one per group; off it
+    :data:`DEVICE_PIECES_MIN`, where each is a launch), dense, whole (not FSDP-sharded),
+    small enough to hold whole on a device (:data:`DEVICE_CAPTURE_MAX`), and neither a
+    loss scale (whose unscaling writes the buffer) nor data-parallel ranks (whose mean
+    does)."""
+    if scale != 1.0 or problem.parallel or any(problem.sparse) or any(problem.sharded):
+        return False
+    for params, size, cpu in zip(problem.params, problem.sizes, problem.on_cpu):
+        large = IN_PLACE_MIN if cpu else DEVICE_PIECES_MIN
+        if not params or size < large * len(params) or not (cpu or size <= DEVICE_CAPTURE_MAX):
+            return False
+    return True
 
 
 def _reached(problem: Problem, i: int, grads: tuple[Tensor | None, ...]) -> tuple[list[Tensor], list[Tensor]]:

@@ -38,7 +38,7 @@ from ..player import Player
 from ..protocols import Linearization
 from ..sharded import ShardedBuffer, Shards
 from ..state import tensors_in
-from ..vec import Scaled, Step, Vec, all_finite, finite_bounds
+from ..vec import Pieces, Scaled, Step, Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
 from .errors import NonFiniteError
 from .moves import Moves
@@ -714,7 +714,14 @@ class Game:
                 last = self._pending.chain()[-1] if self._pending is not None else None
                 found_inf, passed = checks.verdict(last.found_inf if last is not None else None)
             # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
-            one = self._one_write and not buffers and not new_tensors and self.loss_scale is None and new_state == old
+            one = (
+                self._one_write
+                and not buffers
+                and not new_tensors
+                and self.loss_scale is None
+                and new_state == old
+                and not (isinstance(delta, Scaled) and isinstance(delta.direction, Pieces))  # (a write per tensor)
+            )
             held = None if one and checks is None else defer()
             try:
                 if checks is None:
@@ -1169,9 +1176,11 @@ def _check_update(
             f"{name}: joint vectors in the state must be gameopt.Vec (so that a "
             f"re-fuse carries them by parameter), got plain lists at {', '.join(untyped)}"
         )
-    vec, implied, known = (
+    direction, implied, known = (
         (delta.direction, delta.implied, delta.bounds) if isinstance(delta, Scaled) else (delta, (), None)
     )
+    pieces = direction if isinstance(direction, Pieces) else None  # (read where autograd left ξ)
+    vec = pieces.tensors() if pieces is not None else cast(Vec, direction)
     unread = vec if known is None else [d for d, b in zip(vec, known) if b is None]
     tensors = _unchecked(vec, unread, new_tensors, old_state, implied)
     if checks is None:
@@ -1180,11 +1189,13 @@ def _check_update(
             raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
     else:
         read = checks.finite(tensors, oracle.message_later("the vector field ξ or the update"))
+    if pieces is not None:  # per tensor: each group's largest (its bounds never known: a plain rule's)
+        read = pieces.group_bounds(read[: len(vec)])
     bounds: Sequence[Any] = read if known is None else _merged(known, read)
     # max|factor · d| <= max|factor| · max|d|, up to one rounding
     factors = moves.layout.factor_bounds(delta.factors) if isinstance(delta, Scaled) else [1.0] * len(bounds)
     if checks is not None:  # (on the device, the product is formed in the sum's launch)
-        moves.check_step_on_device(bounds, [f * _PRODUCT_MARGIN for f in factors], checks)
+        moves.check_step_on_device(delta, bounds, [f * _PRODUCT_MARGIN for f in factors], checks)
     else:
         if isinstance(delta, Scaled):
             bounds = [b * f * _PRODUCT_MARGIN for b, f in zip(bounds, factors)]
@@ -1220,7 +1231,11 @@ def _merged(known: Sequence[float | None], read: Sequence[Any]) -> list[Any]:
 
 
 def _unchecked(
-    delta: Vec, unread: Sequence[Tensor], new_tensors: Sequence[Tensor], old_state: Any, implied: Sequence[Tensor] = ()
+    delta: Sequence[Tensor],
+    unread: Sequence[Tensor],
+    new_tensors: Sequence[Tensor],
+    old_state: Any,
+    implied: Sequence[Tensor] = (),
 ) -> Sequence[Tensor]:
     """The tensors of a step to check for finiteness, each once: the delta's groups
     whose bounds are not known (``unread``: their bounds are read too) first, then the

@@ -18,7 +18,7 @@ import contextlib
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -28,7 +28,7 @@ from ..constraints import checked
 from ..layout import Entry, JointLayout
 from ..player import Player
 from ..protocols import Along
-from ..vec import Scaled, Step, Vec, all_finite, finite_bounds, max_abs
+from ..vec import Pieces, Scaled, Step, Vec, all_finite, filled_step, finite_bounds, max_abs
 from .errors import NonFiniteError
 from .verdict import Checks, max_abs_on_device
 
@@ -121,19 +121,12 @@ class Moves:
             with torch.no_grad():
                 if at is not None:
                     tc.foreach_copy_(data, at)
-                else:
-                    self.layout.add_scaled_(data, *along)  # type: ignore[misc]
-                    d, factors = along  # type: ignore[misc]
-                    points = [
-                        c.step(w, step)
-                        for (_, _, c), w, step in zip(
-                            self.constrained, self._views(self.backup), self._views(d, scale=factors)
-                        )
-                    ]
-                    if not self._agreed(all_finite(points)):
-                        raise NonFiniteError(self._not_finite_through_sets(points))
-                    for (e, k, _), point in zip(self.constrained, points):
-                        self._param_view(data, e, k).copy_(point)
+                elif along is not None:
+                    d, factors = along
+                    if isinstance(d, Pieces) and not self.constrained:  # ξ where autograd left it
+                        d.add_to_point(factors)
+                    else:
+                        self._move_along(data, d.filled() if isinstance(d, Pieces) else d, factors)
             if self.checks is not None:  # the device verdict: checked there, read with the step's
                 self.checks.finite(data, why or _not_finite_point)
             elif not self._agreed(all_finite(data)):
@@ -145,6 +138,20 @@ class Moves:
             if intact:  # the point is back as it was: so are the bounds
                 self._versions = list(map(tc.version, data))
 
+    def _move_along(self, data: Vec, d: Vec, factors: Sequence[float]) -> None:
+        """:meth:`at`'s point w + factorᵢ·dᵢ, in place, through the feasible sets."""
+        self.layout.add_scaled_(data, d, factors)
+        points = [
+            c.step(w, step)
+            for (_, _, c), w, step in zip(
+                self.constrained, self._views(cast(Vec, self.backup)), self._views(d, scale=factors)
+            )
+        ]
+        if not self._agreed(all_finite(points)):
+            raise NonFiniteError(self._not_finite_through_sets(points))
+        for (e, k, _), point in zip(self.constrained, points):
+            self._param_view(data, e, k).copy_(point)
+
     def move(self, w: Vec, delta: Step, out: Vec, empty: Callable[[], Vec] | None = None) -> Vec:
         """The point reached from ``w`` by the step ``delta``: ``w + delta``, and for
         a constrained parameter its set's step (the projection ``P(w + delta)``, or
@@ -154,13 +161,18 @@ class Moves:
         Raises :class:`NonFiniteError`, with nothing written, if a set returns a
         point that is not finite."""
         try:
+            if isinstance(delta, Scaled) and isinstance(delta.direction, Pieces):
+                if out is w is self.layout.data and not self.constrained:  # the live point: add where ξ lies
+                    delta.direction.add_to_point(delta.factors)
+                    return out
+                delta = filled_step(delta)
             if isinstance(delta, Scaled):
                 # one add per group (one write, as check_step expects): one factor in each
                 if not self.constrained and self.layout.one_factor_per_group(delta.factors):
-                    if not any(map(_requires_grad, (*w, *delta.direction))):
-                        return self.layout.add_scaled(out, w, delta.direction, delta.factors)
+                    if not any(map(_requires_grad, (*w, *cast(Vec, delta.direction)))):
+                        return self.layout.add_scaled(out, w, cast(Vec, delta.direction), delta.factors)
                     with torch.no_grad():
-                        return self.layout.add_scaled(out, w, delta.direction, delta.factors)
+                        return self.layout.add_scaled(out, w, cast(Vec, delta.direction), delta.factors)
                 # formed first; into a new vector unless the game moves (the step is then spent)
                 delta = self.layout.resolve(delta if out is w else Scaled(delta.direction, delta.factors), empty)
             if not self.constrained and not any(map(_requires_grad, (*w, *delta))):
@@ -208,7 +220,7 @@ class Moves:
         a module's ``load_state_dict``, a ``torch.optim`` step, a checkpoint) moves it,
         and the bound is read again. A write that autograd cannot see (through
         ``.data`` or numpy) is not seen either."""
-        bounds, versions, limits, writes = self._bounds, self._versions, self._limits, self._writes
+        bounds, versions, limits, writes = self._bounds, self._versions, self._limits, self._writes_of(delta)
         version_of = tc.version
         g = 0
         try:
@@ -224,8 +236,16 @@ class Moves:
             self._versions = [-1] * len(versions)
             raise
 
+    def _writes_of(self, delta: Step) -> Sequence[int]:
+        """Per group, the writes (version counts) that moving the live point by ``delta``
+        makes: one add per group, one copy per constrained parameter; one add per
+        parameter for a direction in :class:`~gameopt.vec.Pieces`."""
+        if isinstance(delta, Scaled) and isinstance(delta.direction, Pieces) and not self.constrained:
+            return delta.direction.where.group_params
+        return self._writes
+
     def check_step_on_device(
-        self, delta_bounds: Sequence[Tensor | float], scales: Sequence[float], checks: Checks
+        self, delta: Step, delta_bounds: Sequence[Tensor | float], scales: Sequence[float], checks: Checks
     ) -> None:
         """:meth:`check_step` under the device verdict: nothing read on the host. For each
         group, the step is refused (``checks``) unless ``max|w| + max|delta| <= limit``,
@@ -240,6 +260,7 @@ class Moves:
         point itself, the bound decides: a step whose new point fits but whose bound
         does not is refused."""
         self._device_next = []
+        writes = self._writes_of(delta)
         for g, w in enumerate(self.layout.data):
             version, bound = tc.version(w), self._device_bounds[g]
             fresh = self._device_age[g] >= EXACT_EVERY or w.dtype == torch.float16
@@ -251,7 +272,7 @@ class Moves:
             raised = torch.add(bound, step, alpha=scales[g]) if isinstance(step, Tensor) else bound + step * scales[g]
             checks.at_most(raised, self._limits[g], self._overflow(g))
             self._device_next.append((bound, raised))
-            self._versions[g] = version + 1  # the move: one fused add per group
+            self._versions[g] = version + writes[g]  # the move: one fused add per group (or parameter)
 
     def settle_bounds(self, found_inf: Tensor) -> None:
         """After :meth:`move_unless`: each group's bound on ``max|w|``, raised by the
@@ -272,14 +293,17 @@ class Moves:
         device) is nonzero: one ``torch._fused_sgd_`` per group, which skips the move on
         the device, as ``torch.optim``'s fused optimizers skip a step that a
         ``GradScaler`` found overflowing. For parameters without feasible sets."""
+        if isinstance(delta, Scaled) and isinstance(delta.direction, Pieces):
+            delta.direction.add_to_point_unless(delta.factors, found_inf)
+            return
         with torch.no_grad():
             factors = self.layout.group_factors(delta.factors) if isinstance(delta, Scaled) else None
             if isinstance(delta, Scaled) and factors is not None:
-                pairs = zip(delta.direction, factors)
+                pairs = zip(cast(Vec, delta.direction), factors)
             else:
                 pairs = zip(self.layout.resolve(delta, empty), [1.0] * len(w))
             for x, (d, f) in zip(w, pairs):
-                tc.fused_add_unless_(x, d, f, found_inf)
+                tc.fused_add_unless_([x], [d], f, found_inf)
 
     def _not_finite_now(self, g: int) -> Callable[[], str]:
         def why() -> str:
@@ -320,9 +344,12 @@ class Moves:
         w, limit = self.layout.data[g], self._limits[g]
         with torch.no_grad():
             if isinstance(step, Scaled):
+                step = filled_step(step)
                 point = w.clone()
                 for e in self.layout.group_entries(g):
-                    point[e.start : e.stop].add_(step.direction[g][e.start : e.stop], alpha=step.factors[e.player])
+                    point[e.start : e.stop].add_(
+                        cast(Vec, step.direction)[g][e.start : e.stop], alpha=step.factors[e.player]
+                    )
             else:
                 point = w + step[g]
             for e, k, _ in self.constrained:

@@ -7,17 +7,18 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor
 
 from .. import autodiff, debug
+from ..autodiff.xi import leaves_in_place
 from ..evaluation import Evaluations
 from ..layout import JointLayout
 from ..player import Player
 from ..protocols import Along, Linearization
-from ..vec import Step, Vec, all_finite
+from ..vec import Pieces, Step, Vec, all_finite
 from .errors import NonFiniteError
 from .moves import Moves
 
@@ -98,35 +99,71 @@ class StepOracle:
     def num_players(self) -> int:
         return self.layout.num_players
 
-    def xi(self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None) -> Vec:
+    @overload
+    def xi(
+        self,
+        at: Vec | None = None,
+        players: Sequence[int] | None = None,
+        along: Along | None = None,
+        pieces: Literal[False] = False,
+    ) -> Vec: ...
+
+    @overload
+    def xi(
+        self, at: Vec | None = None, players: Sequence[int] | None = None, along: Along | None = None, *, pieces: bool
+    ) -> Vec | Pieces: ...
+
+    def xi(
+        self,
+        at: Vec | None = None,
+        players: Sequence[int] | None = None,
+        along: Along | None = None,
+        pieces: bool = False,
+    ) -> Vec | Pieces:
         """ξ at the current point, at ``at``, or ``along=(d, factors)`` at
         w + factorᵢ·dᵢ (each player's part with its factor; ``d`` is left as it is).
         With ``players``, only those players' parts are computed (the rest of the
         returned vector is meaningless). The result is borrowed (see the class): the
         game's gradient buffer, valid until the next call.
 
+        With ``pieces`` (every player), ξ may come as :class:`~gameopt.vec.Pieces`,
+        the gradients where autograd left them (no copy into the buffer), where the
+        evaluation allows it (:func:`~gameopt.autodiff.xi.leaves_in_place`; not in debug
+        mode): for an algorithm that hands it, as it is, to
+        :meth:`~gameopt.Algorithm.scaled_descent` or to ``xi(along=...)``. Borrowed too.
+
         ξ is not checked here: :meth:`~gameopt.Game.step` checks the update and the new state,
         which every ξ flows into. A point is checked before anything runs there."""
         context = self._context
         which = self._everyone if players is None else list(players)
+        keep: list[Sequence[Tensor]] | None = None
+        if pieces and players is None and not self.debug and leaves_in_place(context.problem, self.scale):
+            keep = []
         if at is None and along is None and not context.parallel:  # no point to form, no rank to wait for
             if self.debug:  # earlier results are stale now
                 debug.poison_(t for vec in self.borrowed for t in vec)
             evaluate, problem = autodiff.vector_field, context.problem
-            (losses, metrics), own = self.evaluations.run_plain(evaluate, problem, which, self.closure, self.scale)
+            (losses, metrics), own = self.evaluations.run_plain(
+                evaluate, problem, which, self.closure, self.scale, keep
+            )
         else:
-            evaluate = functools.partial(autodiff.vector_field, context.problem, which, self.closure, self.scale)
+            evaluate = functools.partial(autodiff.vector_field, context.problem, which, self.closure, self.scale, keep)
             with (
                 context.moves.at(at, along, self.message_later("a point to evaluate at")),
                 context.together(),
                 self.evaluations(plain=at is None and along is None) as own,
             ):
                 self.away = context.moves.backup
+                if along is not None and isinstance(along[0], Pieces):  # read: not held through the evaluation
+                    along[0].release()
                 if self.debug:  # the point is formed (``along`` read): earlier results are stale now
                     debug.poison_(t for vec in self.borrowed for t in vec)
                 losses, metrics = evaluate()
             self.away = None
         self._seen(losses, metrics if own else None)
+        if keep is not None:
+            self.borrowed = [self.layout.grad]  # (where ``filled`` puts it)
+            return Pieces(context.problem.piece_views, keep)
         xi = context.mean_(self.layout.grad) if context.parallel else self.layout.grad
         if self.debug:
             xi = self.empty().copy_(xi)

@@ -1,0 +1,282 @@
+"""ξ read where autograd left it (gameopt.vec.Pieces): a plain-gradient SimGD or
+extragradient step on players with large tensors checks and moves with autograd's
+gradients, without copying them into the fused gradient buffer. It must give what
+``torch.optim.SGD`` gives (``p.add_(grad, alpha=-lr)``, tensor by tensor), refuse what
+the buffered step refuses, and fall back to the buffer wherever the step is formed
+first. Equalities of one machine's kernels: each side runs the same ops."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+import gameopt
+import gameopt.autodiff.xi as first_order_xi
+from gameopt.testing.traffic import count
+from gameopt.vec import Pieces
+
+BIG = first_order_xi.IN_PLACE_MIN  # elements per tensor from which a player's ξ stays in pieces
+
+
+@pytest.fixture(autouse=True)
+def _as_users_run() -> object:
+    """The path a user's step takes: the suite's debug checks (GAMEOPT_DEBUG) off (debug
+    mode copies ξ whatever the path)."""
+    with gameopt.debug.enabled_in(False):
+        yield
+
+
+def _players(seed: int = 0, dtype: torch.dtype = torch.float64, unused: bool = False):
+    """Three players, large tensors: x (a matrix and a vector), y and z (vectors), a
+    general-sum game that is not quadratic."""
+    g = torch.Generator().manual_seed(seed)
+    a = nn.Parameter(torch.randn(64, 64, generator=g, dtype=dtype) / 8)
+    b = nn.Parameter(torch.randn(2 * BIG, generator=g, dtype=dtype) / 8)
+    y = nn.Parameter(torch.randn(BIG + 7, generator=g, dtype=dtype) / 8)
+    z = nn.Parameter(torch.randn(BIG, generator=g, dtype=dtype) / 8)
+    c = torch.randn(64, generator=g, dtype=dtype)
+    spare = nn.Parameter(torch.zeros(BIG, dtype=dtype)) if unused else None
+
+    def losses():
+        u = torch.tanh(a @ c).sum() * y[:BIG].dot(z) + (b**4).sum() / 4
+        v = (y**2).sum() - u + torch.sin(b[: BIG + 7]).dot(y)
+        w = (z * y[:BIG]).sum() + torch.cosh(z / 4).sum()
+        return u, v, w
+
+    first = [a, b] if spare is None else [a, b, spare]
+    return [first, [y], [z]], losses
+
+
+def _game(algorithm, verdict="host", unused=False, constraint=None, dtype=torch.float64):
+    params, losses = _players(unused=unused, dtype=dtype)
+    players = [
+        gameopt.Player(params[0], name="x"),
+        gameopt.Player(params[1], name="y", constraint=constraint),
+        gameopt.Player(params[2], name="z"),
+    ]
+    return gameopt.Game(players, losses, algorithm=algorithm, verdict=verdict), params, losses
+
+
+def _same(params, ref) -> bool:
+    return all(torch.equal(p.detach(), r.detach()) for ps, rs in zip(params, ref) for p, r in zip(ps, rs))
+
+
+LRS = [0.01, 0.03, 0.02]
+
+
+def _game_xi(game, params):
+    """ξ as the game evaluates it at its point (its gradient buffer, after
+    ``vector_field``): the bare loop's ``autograd.grad`` on tensors of their own may
+    round differently (a BLAS kernel's blocking follows the data's alignment)."""
+    game.vector_field()
+    return [[p.grad.clone() for p in ps] for ps in params]
+
+
+def _added(params, xi, lrs):
+    """Each parameter plus −lr times its gradient, ``torch.add(alpha=)`` (torch.optim.SGD's op)."""
+    return [[torch.add(p.detach(), g, alpha=-lr) for p, g in zip(ps, gs)] for ps, gs, lr in zip(params, xi, lrs)]
+
+
+def _set(params, values) -> None:
+    with torch.no_grad():
+        for ps, vs in zip(params, values):
+            for p, v in zip(ps, vs):
+                p.copy_(v)
+
+
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("lrs", [0.02, LRS], ids=["one lr", "one per player"])
+def test_simgd_is_torch_optims_sgd_bit_for_bit(verdict, lrs) -> None:
+    game, params, _ = _game(gameopt.SimGD(lrs), verdict)
+    lrs = [lrs] * 3 if isinstance(lrs, float) else lrs
+    for _ in range(4):
+        expected = _added(params, _game_xi(game, params), lrs)
+        game.step()
+        assert _same(params, expected)
+    game.synchronize()
+
+
+@pytest.mark.parametrize("verdict", ["host", "device"])
+def test_extragradient_is_its_formula_with_torch_optims_adds(verdict) -> None:
+    """w' = w − η'ξ(w), w⁺ = w − ηξ(w'), each add one ``add(alpha=)`` per tensor."""
+    eta_x = [0.02, 0.01, 0.04]
+    game, params, _ = _game(gameopt.Extragradient(LRS, extrapolation_lr=eta_x), verdict)
+    for _ in range(3):
+        w = [[p.detach().clone() for p in ps] for ps in params]
+        _set(params, _added(params, _game_xi(game, params), eta_x))
+        xi_x = _game_xi(game, params)
+        _set(params, w)
+        expected = _added(params, xi_x, LRS)
+        game.step()
+        assert _same(params, expected)
+    game.synchronize()
+
+
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
+def test_players_of_two_groups_are_checked_and_moved_group_by_group(verdict, name) -> None:
+    """z in float32, the others in float64: two joint groups, each with its own bound
+    from its own pieces (and a non-finite piece of either refuses the step)."""
+    make = {"SimGD": lambda: gameopt.SimGD(LRS), "Extragradient": lambda: gameopt.Extragradient(LRS)}[name]
+    params, losses = _players()
+    z = nn.Parameter(params[2][0].detach().float())
+
+    def mixed():
+        u, v, _ = losses()
+        return u, v, (z * params[1][0][:BIG].float()).sum() + torch.cosh(z / 4).sum()
+
+    players = [gameopt.Player(params[0]), gameopt.Player(params[1]), gameopt.Player([z])]
+    game = gameopt.Game(players, mixed, algorithm=make(), verdict=verdict)
+    assert len(game.layout.data) == 2
+    both = [params[0], params[1], [z]]
+    if name == "SimGD":
+        expected = _added(both, _game_xi(game, both), LRS)
+        game.step()
+        assert _same(both, expected)
+    seen = count(game.step, BIG).names  # (the losses' casts are copies of their own)
+    assert seen.get("_foreach_copy_", 0) == (2 if name == "Extragradient" else 0), seen
+    game.synchronize()
+    before = [[p.detach().clone() for p in ps] for ps in both]
+    with torch.no_grad():
+        z[0] = float("inf")  # its loss, its ξ: not finite
+    with pytest.raises(gameopt.NonFiniteError):
+        game.step()
+        game.synchronize()
+    assert _same(both[:2], before[:2])
+
+
+def test_the_step_reads_xi_where_autograd_left_it_and_copies_nothing() -> None:
+    """The pieces path is the one taken (no copy of ξ), and below the size where it pays
+    the buffered one is (one copy into the buffer)."""
+    game, _, _ = _game(gameopt.SimGD(0.01))
+    seen = count(game.step, BIG)
+    assert seen.copies == 0, seen.names
+    small = [nn.Parameter(torch.randn(16, dtype=torch.float64)) for _ in range(2)]
+    g = gameopt.Game(
+        [gameopt.Player([small[0]]), gameopt.Player([small[1]])],
+        lambda: ((small[0] * small[1]).sum(), -(small[0] * small[1]).sum()),
+        algorithm=gameopt.SimGD(0.01),
+    )
+    assert count(g.step, 1).names.get("_foreach_copy_", 0) == 1
+
+
+@contextlib.contextmanager
+def _buffered() -> Iterator[None]:
+    """No player large enough for pieces: ξ copied into the buffer."""
+    saved = first_order_xi.IN_PLACE_MIN
+    first_order_xi.IN_PLACE_MIN = 1 << 62
+    try:
+        yield
+    finally:
+        first_order_xi.IN_PLACE_MIN = saved
+
+
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
+def test_the_pieces_and_the_buffered_step_agree(name) -> None:
+    """The same iterates with ξ in pieces and with ξ copied into the buffer (one
+    learning rate: both add with it, tensor by tensor or group by group)."""
+    make = {"SimGD": lambda: gameopt.SimGD(0.02), "Extragradient": lambda: gameopt.Extragradient(0.02)}[name]
+    (game, params, _), (other, other_params, _) = _game(make()), _game(make())
+    for k in range(4):
+        mine = count(game.step, BIG)
+        with _buffered():
+            theirs = count(other.step, BIG)
+        assert _same(params, other_params), k
+    assert mine.copies == (2 if name == "Extragradient" else 0), mine.names  # (EG: the point saved and put back)
+    assert theirs.copies == mine.copies + (2 if name == "Extragradient" else 1), theirs.names
+
+
+def test_a_parameter_no_gradient_reaches_stays_and_the_rest_moves() -> None:
+    game, params, losses = _game(gameopt.SimGD(0.02), unused=True)
+    spare = params[0][2].detach().clone()
+    expected = _added(params, _game_xi(game, params), [0.02] * 3)
+    game.step()
+    assert torch.equal(params[0][2].detach(), spare)
+    assert _same(params, expected)
+
+
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
+def test_a_non_finite_xi_in_pieces_is_refused_and_nothing_changes(verdict, name) -> None:
+    algorithm = gameopt.SimGD(0.01) if name == "SimGD" else gameopt.Extragradient(0.01)
+    game, params, losses = _game(algorithm, verdict)
+    game.step()
+    game.synchronize()
+    before = [[p.detach().clone() for p in ps] for ps in params]
+    bad = {"now": False}
+
+    def poisoned():
+        u, v, w = losses()
+        return (u * float("nan"), v, w) if bad["now"] else (u, v, w)
+
+    game.losses = poisoned
+    bad["now"] = True
+    with pytest.raises(gameopt.NonFiniteError, match="not finite"):
+        game.step()
+        game.synchronize()
+    assert _same(params, before)
+    bad["now"] = False
+    game.step()  # and it goes on
+    game.synchronize()
+    assert not _same(params, before)
+
+
+def test_a_new_point_that_would_overflow_is_refused_with_xi_in_pieces() -> None:
+    """A float32 step beyond the largest float32 (y₀ = 1.5e19, its gradient about 3e19, its
+    learning rate 2e19), the losses finite: the bound max|w| + max|δ| passes the limit,
+    the point is read, the new point formed (ξ filled into the buffer) and refused."""
+    game, params, _ = _game(gameopt.SimGD([0.01, 2e19, 0.01]), dtype=torch.float32)
+    with torch.no_grad():
+        params[1][0][0] = 1.5e19
+    before = [[p.detach().clone() for p in ps] for ps in params]
+    with pytest.raises(gameopt.NonFiniteError, match="overflow"):
+        game.step()
+    assert _same(params, before)
+
+
+def test_a_constrained_player_takes_xi_through_the_buffer_bit_for_bit() -> None:
+    """A feasible set forms the point first: ξ is filled into the buffer (as without pieces)."""
+    box = gameopt.constraints.Box(-0.05, 0.05)
+    (game, params, _), (other, other_params, _) = (
+        _game(gameopt.Extragradient(0.02), constraint=box),
+        _game(gameopt.Extragradient(0.02), constraint=box),
+    )
+    for _ in range(3):
+        game.step()
+        with _buffered():
+            other.step()
+    assert _same(params, other_params)
+    assert params[1][0].abs().max() <= 0.05
+
+
+def test_a_wrapper_forms_its_bases_step_from_xi_in_pieces() -> None:
+    game, params, _ = _game(gameopt.Lookahead(gameopt.SimGD(0.02), k=2, alpha=0.5))
+    other, other_params, _ = _game(gameopt.Lookahead(gameopt.SimGD(0.02), k=2, alpha=0.5))
+    for _ in range(4):
+        game.step()
+        with _buffered():
+            other.step()
+    assert _same(params, other_params)
+
+
+def test_xi_in_pieces_is_borrowed_until_the_next_evaluation() -> None:
+    """An algorithm that keeps pieces past the evaluation they were lent for is told so."""
+    kept = {}
+
+    class KeepsPieces(gameopt.Extragradient):
+        def update(self, oracle, state):
+            xi = oracle.xi(pieces=True)
+            assert isinstance(xi, Pieces)
+            kept["xi"] = xi
+            oracle.xi(along=(xi, [-0.01] * oracle.num_players), pieces=True)
+            return self.scaled_descent(oracle, xi, state["rule"])[0], state
+
+    game, params, _ = _game(KeepsPieces(0.01))
+    before = [[p.detach().clone() for p in ps] for ps in params]
+    with pytest.raises(RuntimeError, match="borrowed until the next evaluation"):
+        game.step()
+    assert _same(params, before)
