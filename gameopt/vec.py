@@ -266,6 +266,8 @@ class PieceViews:
     groups: list[int]
     #: per joint group, how many parameters it holds (the writes of a move by pieces)
     group_params: list[int]
+    #: per player, its parameters' views of any joint vector (as :attr:`point_views` of the point)
+    views_of: Callable[[Sequence[Tensor]], list[list[Tensor]]]
 
 
 class Pieces:
@@ -326,20 +328,22 @@ class Pieces:
             buckets[g].append(b)
         return [_largest(bs) for bs in buckets]
 
-    def add_to_point(self, factors: Sequence[float]) -> None:
-        """In place, the joint point ``w += factorᵢ · ξᵢ`` through each parameter's view of
-        it (one write per parameter, as ``torch.optim.SGD``'s ``p.add_(grad, alpha=-lr)``):
-        one foreach add for all players where their factors agree, else one per player."""
+    def add_to(self, factors: Sequence[float], views: Sequence[Sequence[Tensor]] | None = None) -> None:
+        """In place, ``w += factorᵢ · ξᵢ`` through each parameter's view of ``w`` (``views``,
+        per player; by default the joint point's, which share its groups' version counters):
+        one write per parameter, ``add_(grad, alpha=factor)`` as ``torch.optim.SGD`` steps,
+        one foreach add per joint group and factor."""
         with torch.no_grad():
-            for views, part, f in self._by_factor(factors):
-                tc.foreach_add_(views, part, alpha=f)
+            for xs, ds, f in self._batches(factors, views):
+                tc.foreach_add_(xs, ds, alpha=f)
 
     def add_to_point_unless(self, factors: Sequence[float], found_inf: Tensor) -> None:
-        """:meth:`add_to_point` unless ``found_inf`` (a 0-d float32 tensor on the device)
-        is nonzero, decided on the device (``torch._fused_sgd_``)."""
+        """:meth:`add_to` the joint point unless ``found_inf`` (a 0-d float32 tensor on the
+        device) is nonzero, decided on the device (``torch._fused_sgd_``, one per joint
+        group and factor: each call's tensors share a device and a dtype)."""
         with torch.no_grad():
-            for views, part, f in self._by_factor(factors):
-                tc.fused_add_unless_(views, part, f, found_inf)
+            for xs, ds, f in self._batches(factors, None):
+                tc.fused_add_unless_(xs, ds, f, found_inf)
 
     def release(self) -> None:
         """Let the gradients go (the next evaluation of the step began: they are stale,
@@ -347,12 +351,19 @@ class Pieces:
         ``RuntimeError``."""
         self.parts, self._spent = [], True
 
-    def _by_factor(self, factors: Sequence[float]) -> list[tuple[list[Tensor], list[Tensor], float]]:
+    def _batches(
+        self, factors: Sequence[float], views: Sequence[Sequence[Tensor]] | None
+    ) -> list[tuple[list[Tensor], list[Tensor], float]]:
+        """The parameters' views and gradients, by joint group and factor."""
         self._check()
-        views = self.where.point_views
-        if all(f == factors[0] for f in factors):
-            return [([v for vs in views for v in vs], self.tensors(), float(factors[0]))]
-        return [(vs, part, float(f)) for vs, part, f in zip(views, self.parts, factors)]
+        batches: dict[tuple[int, float], tuple[list[Tensor], list[Tensor]]] = {}
+        groups = iter(self.where.groups)
+        for vs, part, f in zip(self.where.point_views if views is None else views, self.parts, factors):
+            for v, g in zip(vs, part):
+                xs, ds = batches.setdefault((next(groups), float(f)), ([], []))
+                xs.append(v)
+                ds.append(g)
+        return [(xs, ds, f) for (_, f), (xs, ds) in batches.items()]
 
     def _check(self) -> None:
         if self._spent:

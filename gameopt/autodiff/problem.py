@@ -93,17 +93,21 @@ class Problem:
         its parameters' views of the joint gradient buffer and of the joint point (each
         a view of its group's tensor, sharing its version counter), and their groups."""
         layout = self.layout
-        point, group = {}, {}
-        for e in layout.entries:
-            for p, v in zip(e.buffer.params, e.buffer.views(layout.entry_view(layout.data, e))):
-                point[id(p)], group[id(p)] = v, e.group
-        groups = [group[id(p)] for ps in self.params for p in ps]
+        place = {id(p): (k, j) for k, e in enumerate(layout.entries) for j, p in enumerate(e.buffer.params)}
+        places = [[place[id(p)] for p in ps] for ps in self.params]  # (entry, index in its buffer)
+
+        def views_of(vec: Sequence[Tensor]) -> list[list[Tensor]]:
+            entries = [e.buffer.views(layout.entry_view(vec, e)) for e in layout.entries]
+            return [[entries[k][j] for k, j in ps] for ps in places]
+
+        groups = [layout.entries[k].group for ps in places for k, _ in ps]
         return PieceViews(
             grad=layout.grad,
             grad_views=self.grad_views,
-            point_views=[[point[id(p)] for p in ps] for ps in self.params],
+            point_views=views_of(layout.data),
             groups=groups,
             group_params=[groups.count(g) for g in range(len(layout.data))],
+            views_of=views_of,
         )
 
     @functools.cached_property

@@ -37,10 +37,14 @@ IN_PLACE_MIN = 1 << 12
 #: copied whatever the size of its tensors (one fused copy, no launch per tensor); a
 #: larger one goes through ``.grad`` (its gradient never alive whole beside the buffer)
 DEVICE_CAPTURE_MAX = 1 << 27
-#: a player off the CPU leaves ξ where autograd put it (:func:`leaves_in_place`) only
-#: with tensors of at least this many elements on average: there each tensor's check is
-#: a launch or two (about 5 µs of host time each), which the copy they spare (two passes
-#: at a few TB/s) repays from about 2²¹ elements; an estimate, not yet measured on a GPU
+#: a CPU player leaves ξ where autograd put it (:func:`leaves_in_place`) only with
+#: tensors of at least this many elements on average: a reduction and an add per tensor
+#: then cost about what one per group does (measured: SimGD and extragradient on the
+#: MLP pair of ``benchmarks.step_cost``, about 2·10⁴ elements per tensor, within noise)
+PIECES_MIN = 1 << 12
+#: the same off the CPU, where each tensor's check is a launch or two (about 5 µs of
+#: host time each), which the copy they spare (two passes at a few TB/s) repays from
+#: about 2²¹ elements; an estimate, not yet measured on a GPU
 DEVICE_PIECES_MIN = 1 << 21
 
 
@@ -152,16 +156,15 @@ def _gradient(
 def leaves_in_place(problem: Problem, scale: float = 1.0) -> bool:
     """Whether an evaluation of every player's ξ may leave the gradients where autograd
     puts them (``vector_field(keep=...)``, :class:`gameopt.vec.Pieces`): every player's
-    tensors large on average (on the CPU :data:`IN_PLACE_MIN`, where a reduction and an
-    add per tensor cost little more than one per group; off it
-    :data:`DEVICE_PIECES_MIN`, where each is a launch), dense, whole (not FSDP-sharded),
+    tensors large on average (:data:`PIECES_MIN` on the CPU, :data:`DEVICE_PIECES_MIN`
+    off it), dense, whole (not FSDP-sharded),
     small enough to hold whole on a device (:data:`DEVICE_CAPTURE_MAX`), and neither a
     loss scale (whose unscaling writes the buffer) nor data-parallel ranks (whose mean
     does)."""
     if scale != 1.0 or problem.parallel or any(problem.sparse) or any(problem.sharded):
         return False
     for params, size, cpu in zip(problem.params, problem.sizes, problem.on_cpu):
-        large = IN_PLACE_MIN if cpu else DEVICE_PIECES_MIN
+        large = PIECES_MIN if cpu else DEVICE_PIECES_MIN
         if not params or size < large * len(params) or not (cpu or size <= DEVICE_CAPTURE_MAX):
             return False
     return True

@@ -124,7 +124,7 @@ class Moves:
                 elif along is not None:
                     d, factors = along
                     if isinstance(d, Pieces) and not self.constrained:  # ξ where autograd left it
-                        d.add_to_point(factors)
+                        d.add_to(factors)
                     else:
                         self._move_along(data, d.filled() if isinstance(d, Pieces) else d, factors)
             if self.checks is not None:  # the device verdict: checked there, read with the step's
@@ -162,8 +162,12 @@ class Moves:
         point that is not finite."""
         try:
             if isinstance(delta, Scaled) and isinstance(delta.direction, Pieces):
-                if out is w is self.layout.data and not self.constrained:  # the live point: add where ξ lies
-                    delta.direction.add_to_point(delta.factors)
+                if not self.constrained:  # added where ξ lies, into the point (the live one: in place)
+                    pieces = delta.direction
+                    if out is w and w is self.layout.data:
+                        pieces.add_to(delta.factors)
+                    else:
+                        _add_pieces(out, w, pieces, delta.factors)
                     return out
                 delta = filled_step(delta)
             if isinstance(delta, Scaled):
@@ -424,6 +428,15 @@ def _not_finite_point() -> str:
 EXACT_EVERY = 1024
 _FINITE64 = torch.finfo(torch.float64).max
 _INF = math.inf
+
+
+def _add_pieces(out: Vec, w: Vec, pieces: Pieces, factors: Sequence[float]) -> None:
+    """``out = w + factorᵢ · ξᵢ`` as the live move forms it (each parameter's
+    ``add_(alpha=)``, the same bits), for a point other than the live one."""
+    with torch.no_grad():
+        if out is not w:
+            tc.foreach_copy_(out, w)
+        pieces.add_to(factors, pieces.where.views_of(out))
 
 
 def _add(out: V, w: Sequence[Tensor], delta: Sequence[Tensor]) -> V:

@@ -73,6 +73,7 @@ class StepOracle:
         "debug",
         "_everyone",
         "away",
+        "_lent",
     )
 
     def __init__(self, context: StepContext, closure: Callable[[], Any], once: bool = False) -> None:
@@ -89,6 +90,7 @@ class StepOracle:
         # while an evaluation is away from the step's point: that point (``Moves.backup``, saved),
         # for the step to put back should an interrupt cut short ``Moves.at``'s own putting back
         self.away: Vec | None = None
+        self._lent: Pieces | None = None  # what xi(pieces=True) lent last: released by the next evaluation
 
     @property
     def params(self) -> Vec:
@@ -136,6 +138,7 @@ class StepOracle:
         which every ξ flows into. A point is checked before anything runs there."""
         context = self._context
         which = self._everyone if players is None else list(players)
+        self._release(keep=along[0] if along is not None else None)  # (along's: once the point is formed)
         keep: list[Sequence[Tensor]] | None = None
         if pieces and players is None and not self.debug and leaves_in_place(context.problem, self.scale):
             keep = []
@@ -163,7 +166,8 @@ class StepOracle:
         self._seen(losses, metrics if own else None)
         if keep is not None:
             self.borrowed = [self.layout.grad]  # (where ``filled`` puts it)
-            return Pieces(context.problem.piece_views, keep)
+            self._lent = Pieces(context.problem.piece_views, keep)
+            return self._lent
         xi = context.mean_(self.layout.grad) if context.parallel else self.layout.grad
         if self.debug:
             xi = self.empty().copy_(xi)
@@ -174,6 +178,14 @@ class StepOracle:
         else:
             self.borrowed = [xi]
         return xi
+
+    def _release(self, keep: object = None) -> None:
+        """An evaluation begins: the ξ that :meth:`xi` lent in pieces is stale, released
+        (its gradients let go; a later use raises), unless it is ``keep`` (``along``'s
+        direction, read first and released then)."""
+        lent, self._lent = self._lent, None
+        if lent is not None and lent is not keep:
+            lent.release()
 
     def _seen(self, losses: Sequence[Tensor], metrics: Mapping[str, Any] | None) -> None:
         if self.losses is None:
@@ -205,6 +217,7 @@ class StepOracle:
         cross gradients ∇_{w_j} f_i with their graphs, so that H_o v and χ cost one
         reverse pass per player (:meth:`~gameopt.autodiff.GeneralLinearization.shaping`)."""
         context = self._context
+        self._release()
         with context.moves.at(at), context.together(), self.evaluations(plain=at is None) as own:
             self.away = context.moves.backup
             lin = autodiff.linearize(

@@ -19,7 +19,7 @@ import gameopt.autodiff.xi as first_order_xi
 from gameopt.testing.traffic import count
 from gameopt.vec import Pieces
 
-BIG = first_order_xi.IN_PLACE_MIN  # elements per tensor from which a player's ξ stays in pieces
+BIG = first_order_xi.PIECES_MIN  # elements per tensor from which a player's ξ stays in pieces
 
 
 @pytest.fixture(autouse=True)
@@ -149,6 +149,51 @@ def test_players_of_two_groups_are_checked_and_moved_group_by_group(verdict, nam
     assert _same(both[:2], before[:2])
 
 
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
+def test_a_half_precision_group_beside_a_float32_one_moves_as_with_the_buffer(half, name) -> None:
+    """Under the device verdict one fused add per group: the CPU's fused kernel writes
+    wrong half-precision values (``torch.where`` there), so a half group must not ride
+    in a float32 group's call."""
+
+    def build():
+        g = torch.Generator().manual_seed(1)
+        x = nn.Parameter(torch.randn(2 * BIG, generator=g) / 4)
+        y = nn.Parameter((torch.randn(2 * BIG, generator=g) / 4).to(half))
+
+        def losses():
+            f = (x * y.float()).sum() + (x**2).sum() / 2
+            return f, -f + (y.float() ** 2).sum() / 4
+
+        algorithm = gameopt.SimGD(0.05) if name == "SimGD" else gameopt.Extragradient(0.05)
+        players = [gameopt.Player([x]), gameopt.Player([y])]
+        return gameopt.Game(players, losses, algorithm=algorithm, verdict="device"), [[x], [y]]
+
+    (game, params), (other, other_params) = build(), build()
+    for _ in range(2):
+        game.step()
+        with _buffered():
+            other.step()
+    game.synchronize()
+    other.synchronize()
+    assert not torch.equal(params[1][0], build()[1][1][0])  # (it moved)
+    assert _same(params, other_params)
+
+
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
+def test_a_point_the_algorithm_asks_for_is_the_one_the_move_makes(name) -> None:
+    """``oracle.moved(delta)`` forms the point as the live move does (each parameter's
+    ``add_(alpha=)``): Averaging's average is the point itself before it starts averaging,
+    also with two learning rates in one group."""
+    algorithm = gameopt.Averaging(getattr(gameopt, name)([0.1, 0.03, 0.02]), start=10)
+    game, params, _ = _game(algorithm)
+    for _ in range(2):
+        game.step()
+        average = algorithm.average()
+        for i, ps in enumerate(params):
+            assert torch.equal(average[i], torch.cat([p.detach().reshape(-1) for p in ps]))
+
+
 def test_the_step_reads_xi_where_autograd_left_it_and_copies_nothing() -> None:
     """The pieces path is the one taken (no copy of ξ), and below the size where it pays
     the buffered one is (one copy into the buffer)."""
@@ -167,12 +212,12 @@ def test_the_step_reads_xi_where_autograd_left_it_and_copies_nothing() -> None:
 @contextlib.contextmanager
 def _buffered() -> Iterator[None]:
     """No player large enough for pieces: ξ copied into the buffer."""
-    saved = first_order_xi.IN_PLACE_MIN
-    first_order_xi.IN_PLACE_MIN = 1 << 62
+    saved = first_order_xi.PIECES_MIN
+    first_order_xi.PIECES_MIN = 1 << 62
     try:
         yield
     finally:
-        first_order_xi.IN_PLACE_MIN = saved
+        first_order_xi.PIECES_MIN = saved
 
 
 @pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
@@ -187,7 +232,7 @@ def test_the_pieces_and_the_buffered_step_agree(name) -> None:
             theirs = count(other.step, BIG)
         assert _same(params, other_params), k
     assert mine.copies == (2 if name == "Extragradient" else 0), mine.names  # (EG: the point saved and put back)
-    assert theirs.copies == mine.copies + (2 if name == "Extragradient" else 1), theirs.names
+    assert theirs.copies > mine.copies, theirs.names  # (ξ copied into the buffer: through .grad, here)
 
 
 def test_a_parameter_no_gradient_reaches_stays_and_the_rest_moves() -> None:
@@ -261,6 +306,25 @@ def test_a_wrapper_forms_its_bases_step_from_xi_in_pieces() -> None:
         with _buffered():
             other.step()
     assert _same(params, other_params)
+
+
+@pytest.mark.parametrize("next_evaluation", ["xi", "xi in pieces", "linearize"])
+def test_xi_in_pieces_is_released_by_any_next_evaluation(next_evaluation) -> None:
+    class KeepsPieces(gameopt.Extragradient):
+        def update(self, oracle, state):
+            xi = oracle.xi(pieces=True)
+            assert isinstance(xi, Pieces)
+            if next_evaluation == "linearize":
+                oracle.linearize()
+            else:
+                oracle.xi(pieces=next_evaluation == "xi in pieces")
+            return self.scaled_descent(oracle, xi, state["rule"])[0], state
+
+    game, params, _ = _game(KeepsPieces(0.01))
+    before = [[p.detach().clone() for p in ps] for ps in params]
+    with pytest.raises(RuntimeError, match="borrowed until the next evaluation"):
+        game.step()
+    assert _same(params, before)
 
 
 def test_xi_in_pieces_is_borrowed_until_the_next_evaluation() -> None:
