@@ -17,8 +17,12 @@
   syncs, gameopt beside the bare step (on CUDA from the profiler and
   ``torch.cuda.set_sync_debug_mode``; on the CPU, ATen ops from
   ``gameopt.testing.traffic``);
+* SimGD on the DCGAN pair with ξ left in pieces (``gameopt.vec.Pieces``,
+  below the device's threshold of 2²¹ elements per tensor, an estimate that these rows
+  measure) and with ξ copied into the gradient buffer;
 * bilinear games of 10^8 and 10^9 parameters per player (10^6 and 10^7 with
-  ``--quick`` or on the CPU): a gameopt SimGD step against the bare one;
+  ``--quick`` or on the CPU): a gameopt SimGD step against the bare one, and up to
+  2²⁷ elements per player (where a step leaves ξ in pieces) with ξ copied into the buffer;
 * the bandwidth test: 10^8 parameters in a Player, the fused axpy and a gameopt
   SimGD step's vector math against the single-tensor ``add_``, in GB/s.
 
@@ -29,7 +33,8 @@ Every call is followed by ``torch.cuda.synchronize()``; comparisons are interlea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -37,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import gameopt
+from gameopt.autodiff import xi as first_order_xi
 from gameopt.testing.traffic import count
 
 from . import bare as bare_steps
@@ -86,6 +92,28 @@ ALGORITHMS: dict[str, Callable[[], gameopt.Algorithm]] = {
 }
 #: timed again with the step's verdict kept on the device (``Game(verdict="device")``: no host sync)
 DEVICE_VERDICT = ("SimGD", "Extragradient", "Extra-Adam")
+
+
+@contextlib.contextmanager
+def pieces_from(elements: int) -> Iterator[None]:
+    """A plain step leaves ξ in pieces (``gameopt.vec.Pieces``, no copy into the gradient
+    buffer) from ``elements`` per tensor on average, on the CPU and off it (the
+    thresholds ``PIECES_MIN`` and ``DEVICE_PIECES_MIN``, whose device value is an
+    estimate that these rows measure)."""
+    saved = first_order_xi.PIECES_MIN, first_order_xi.DEVICE_PIECES_MIN
+    first_order_xi.PIECES_MIN = first_order_xi.DEVICE_PIECES_MIN = elements
+    try:
+        yield
+    finally:
+        first_order_xi.PIECES_MIN, first_order_xi.DEVICE_PIECES_MIN = saved
+
+
+def with_pieces_from(elements: int, fn: Callable[[], object]) -> Callable[[], object]:
+    def call() -> object:
+        with pieces_from(elements):
+            return fn()
+
+    return call
 
 
 def synced(fn: Callable[[], object], device: torch.device) -> Callable[[], object]:
@@ -138,6 +166,10 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
         Gi, Di = fresh()
         game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=ALGORITHMS[name](), verdict="device")
         cands[f"gameopt {name}, device verdict"] = lambda game=game: game.step(x, z)
+    for label, elements in (("in pieces", 0), ("copied", 1 << 62)):  # (the device's threshold: an estimate)
+        Gi, Di = fresh()
+        game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=ALGORITHMS["SimGD"]())
+        cands[f"gameopt SimGD, ξ {label}"] = with_pieces_from(elements, lambda game=game: game.step(x, z))
     Go, Do = fresh()
     params, gps, dps, obvious_losses = (
         list(Go.parameters()) + list(Do.parameters()),
@@ -268,13 +300,15 @@ def bilinear_table(device: torch.device, quick: bool, rounds: int, target: float
     sizes = [10**6, 10**7] if quick or device.type != "cuda" else [10**8, 10**9]
     results = []
     for n in sizes:
-        results.append(bilinear_row(device, n, rounds, target))
+        results += bilinear_row(device, n, rounds, target)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return results
 
 
-def bilinear_row(device: torch.device, n: int, rounds: int, target: float) -> Result:
+def bilinear_row(device: torch.device, n: int, rounds: int, target: float) -> list[Result]:
+    """gameopt's SimGD step, as it is and with ξ copied into the gradient buffer (a
+    player of up to 2²⁷ elements leaves it in pieces), against the bare step."""
     torch.manual_seed(0)
     x, y = (nn.Parameter(torch.randn(n, device=device) * 0.01) for _ in range(2))
     xb, yb = (nn.Parameter(p.detach().clone()) for p in (x, y))
@@ -289,14 +323,20 @@ def bilinear_row(device: torch.device, n: int, rounds: int, target: float) -> Re
         f = (xb * yb).sum()
         return f, -f
 
-    base, fn = synced(bare_steps.simgd_of(bare_losses, [xb], [yb], 1e-9), device), synced(game.step, device)
-    b = calibrate(base, fn, target_s=target)
-    r = compare(f"bilinear, {n:.0e} params per player", "gameopt SimGD", "bare SimGD", base, fn, rounds=rounds, batch=b)
-    print(
-        f"  bilinear {n:.0e}: gameopt SimGD ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)",
-        flush=True,
-    )
-    return r
+    base = synced(bare_steps.simgd_of(bare_losses, [xb], [yb], 1e-9), device)
+    results = []
+    rows = [("gameopt SimGD", synced(game.step, device))]
+    if n <= first_order_xi.DEVICE_CAPTURE_MAX:  # (a larger player's ξ goes through .grad: copied)
+        rows.append(("gameopt SimGD, ξ copied", synced(with_pieces_from(1 << 62, game.step), device)))
+    for label, fn in rows:
+        b = calibrate(base, fn, target_s=target)
+        r = compare(f"bilinear, {n:.0e} params per player", label, "bare SimGD", base, fn, rounds=rounds, batch=b)
+        print(
+            f"  bilinear {n:.0e}: {label:24s} ratio {r.ratio:6.3f}  ({r.cand_us:9.1f} us vs {r.base_us:9.1f} us)",
+            flush=True,
+        )
+        results.append(r)
+    return results
 
 
 def peak(step: Callable[[], object], device: torch.device, n_params: int) -> float:

@@ -238,3 +238,66 @@ def test_a_step_refused_on_the_device_is_undone_and_raised_by_synchronize() -> N
     assert all(torch.equal(a, b) for a, b in zip(tg.params(), before))
     after = game.state_dict()
     assert all(torch.equal(a, b) for a, b in zip(after["players"][0]["params"], state["players"][0]["params"]))
+
+
+def _large_bilinear(dtypes, verdict="host"):
+    """Two players of one tensor each, large enough (``DEVICE_PIECES_MIN``) that a plain
+    step leaves ξ in pieces on the device."""
+    from gameopt.autodiff.xi import DEVICE_PIECES_MIN
+
+    g = torch.Generator().manual_seed(0)
+    x, y = (nn.Parameter((torch.randn(DEVICE_PIECES_MIN, generator=g) / 8).to(DEVICE, dt)) for dt in dtypes)
+
+    def losses():
+        f = (x.float() * y.float()).sum() + (x.float() ** 2).sum() / 2
+        return f, -f + (y.float() ** 2).sum() / 4
+
+    return [x, y], losses
+
+
+@pytest.mark.parametrize("name", ["SimGD", "Extragradient"])
+def test_a_plain_step_on_the_device_reads_xi_where_autograd_left_it(name) -> None:
+    """Issue #35, item 1: no copy of ξ into the buffers (``gameopt.vec.Pieces``); the
+    move is ``torch._foreach_add_`` of the gradients, as the bare foreach loop's."""
+    from gameopt.testing.traffic import count
+
+    params, losses = _large_bilinear([torch.float32, torch.float32])
+    make = gameopt.SimGD if name == "SimGD" else gameopt.Extragradient
+    game = gameopt.Game([gameopt.Player([p]) for p in params], losses, algorithm=make(1e-2))
+    with gameopt.debug.enabled_in(False):
+        c = count(game.step, big=1 << 20)
+        assert c.names.get("_foreach_copy_", 0) == (2 if name == "Extragradient" else 0), c.names
+        if name == "SimGD":
+            f, h = losses()
+            grads = [torch.autograd.grad(f, params[0], retain_graph=True)[0], torch.autograd.grad(h, params[1])[0]]
+            want = [p.detach().clone() for p in params]
+            torch._foreach_add_(want, grads, alpha=-1e-2)
+            game.step()
+            assert all(torch.equal(p.detach(), w) for p, w in zip(params, want))
+
+
+def test_the_device_verdict_moves_a_bfloat16_group_beside_a_float32_one_in_pieces() -> None:
+    """One fused add per joint group (one dtype a call): both groups move as under the
+    host verdict, without a host sync inside a warm step."""
+    results = []
+    for verdict in ("host", "device"):
+        params, losses = _large_bilinear([torch.float32, torch.bfloat16])
+        game = gameopt.Game(
+            [gameopt.Player([p]) for p in params], losses, algorithm=gameopt.SimGD(1e-2), verdict=verdict
+        )
+        start = [p.detach().clone() for p in params]
+        with gameopt.debug.enabled_in(False):
+            game.step()
+            game.step()
+            if verdict == "device" and DEVICE.startswith("cuda"):
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                game.step()
+            finally:
+                if DEVICE.startswith("cuda"):
+                    torch.cuda.set_sync_debug_mode("default")
+            game.synchronize()
+        assert all(not torch.equal(p.detach(), s) for p, s in zip(params, start))
+        results.append([p.detach().float() for p in params])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-2, atol=1e-3)
