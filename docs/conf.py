@@ -64,6 +64,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(int|float|bool|str|dict|list|tuple|object|None|type|bytes|optional|callable)"),
     (r"py:.*", r"gameopt\..*\.(State|Losses|Empty|T|P|S|Vecs|Spec)"),
     (r"py:.*", r"gameopt\.(layout\.Entry|player\.RegistryWatch)"),  # internal types in signatures
+    (r"py:.*", r"(PieceViews|Along)"),  # (a layout's views for gameopt.vec.Pieces; xi's (direction, factors))
     (r"py:func", r"backward"),  # torch.Tensor.grad's docstring, inherited by FlatParameter
     (r"py:.*", r"(ObjectiveAndConstraints|State|Losses|Empty|Vecs|Spec|S|Step)"),
     (r"py:.*", r"(Linearizable|OracleInterface|GameView|Steppable|JointLayout)"),

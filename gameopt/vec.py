@@ -212,7 +212,7 @@ class Scaled:
             until then); or ξ where autograd left it (:class:`~gameopt.vec.Pieces`,
             from :meth:`~gameopt.Algorithm.scaled_descent`), which the move and the
             step's check read there and everything else fills into the buffer first
-            (:func:`~gameopt.vec.filled_step`).
+            (``gameopt.vec.filled_step``).
         factors: one factor per player.
         into: where :meth:`~gameopt.JointLayout.resolve` may write the step
             (the direction itself when it is scratch; for a ``Pieces`` direction, the
@@ -288,7 +288,7 @@ class Pieces:
     ``oracle.xi()``'s result: the next evaluation releases it.
 
     Args:
-        where: the layout's :class:`PieceViews`.
+        where: the layout's ``PieceViews``.
         parts: per player, its gradients (aligned with its parameters): autograd's
             tensors, or the buffer's own views where the evaluation wrote there.
     """

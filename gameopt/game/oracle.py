@@ -130,7 +130,7 @@ class StepOracle:
 
         With ``pieces`` (every player), ξ may come as :class:`~gameopt.vec.Pieces`,
         the gradients where autograd left them (no copy into the buffer), where the
-        evaluation allows it (:func:`~gameopt.autodiff.xi.leaves_in_place`; not in debug
+        evaluation allows it (``gameopt.autodiff.xi.leaves_in_place``; not in debug
         mode): for an algorithm that hands it, as it is, to
         :meth:`~gameopt.Algorithm.scaled_descent` or to ``xi(along=...)``. Borrowed too.
 
