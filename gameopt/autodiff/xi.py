@@ -108,10 +108,9 @@ def vector_field(
             if keep is not None:  # left where autograd put it
                 keep.append(got)
                 continue
-        elif keep is not None:
-            keep.append(problem.grad_views[i])
-            views, got = _reached(problem, i, grads)
         else:  # a view no gradient reaches is zeroed now; sparse gradients densified
+            if keep is not None:  # copied below, its buffer's views then hold its ξ
+                keep.append(problem.grad_views[i])
             views, got = _reached(problem, i, grads)
         dst += views
         src += got
