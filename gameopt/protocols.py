@@ -181,9 +181,9 @@ class OracleInterface(Protocol):
 
         With ``pieces`` (all players), ξ may come as :class:`~gameopt.vec.Pieces`: the
         gradients where autograd left them, not copied into the buffer, for an
-        algorithm whose rule reads ξ as it is (:attr:`~gameopt.Algorithm.reads_xi_as_is`)
-        to hand to :meth:`~gameopt.Algorithm.scaled_descent` or to ``xi(along=...)``
-        and nothing else (``Pieces.filled()`` is the joint vector)."""
+        algorithm whose rule reads them so (:attr:`~gameopt.Algorithm.reads_pieces`)
+        to hand to :meth:`~gameopt.Algorithm.scaled_descent` (or, with the plain rule,
+        to ``xi(along=...)``) and nothing else (``Pieces.filled()`` is the joint vector)."""
         ...
 
     def linearize(

@@ -42,7 +42,7 @@ from . import direction_bounds as bounds
 from .checks import check_number
 from .settings import Setting
 from .state import Carry, check_counts, check_like, check_loaded
-from .vec import Vec
+from .vec import Pieces, Vec, by_piece, joint_like
 
 #: any rule's state as the algorithms and checkpoints see it, a dict
 State = dict[str, Any]
@@ -75,8 +75,16 @@ def _nth(views: Callable[[Sequence[Tensor], int], Vec], i: int, vec: Sequence[Te
     return views(vec, i)
 
 
-def _empty_like(d: Vec) -> Empty:
-    return lambda: Vec(torch.empty_like(t) for t in d)
+def _empty_like(d: Vec | Pieces) -> Empty:
+    return lambda: Vec(torch.empty_like(t) for t in joint_like(d))
+
+
+def _out(d: Vec | Pieces, scratch: bool, empty: Empty) -> Vec:
+    """Where a rule writes its direction: ``d`` itself with ``scratch`` (the gradient
+    buffer for ξ in pieces, whose gradients are read where autograd left them), else new."""
+    if not scratch:
+        return empty()
+    return d.scratch() if isinstance(d, Pieces) else d
 
 
 def _real(*ts: Tensor) -> tuple[Tensor, ...]:
@@ -136,6 +144,17 @@ class UpdateRule(Generic[RS]):
       ``d`` nor ``state``). A class that defines its own ``apply`` declares it again
       (else it is False for that class: a subclass's ``apply`` written without the
       flags stays safe).
+    * ``reads_pieces`` (class attribute, default False): ``apply`` also takes ``d`` as
+      :class:`~gameopt.vec.Pieces` (ξ where autograd left it, one tensor per
+      parameter: no copy into the gradient buffer), reading it only in elementwise
+      operations written with ``gameopt.vec.by_piece`` (per parameter, beside its
+      views of the joint vectors); everything else stays joint (``gameopt.vec.joint_like``).
+      With ``scratch``, the direction goes into ``d.scratch()``. Such an operation
+      writes only the parameters' elements of a joint vector, which is all of it:
+      pieces come only where the parameters tile their groups (no padding). The same
+      holds for :meth:`extrapolate`. Reset, as ``memory_flags``, for a class that
+      defines its own ``apply`` or ``extrapolate`` (and for a subclass of Adam that
+      defines its own ``_moments``, which reads ``d``).
     * :meth:`extrapolate` and :meth:`resume`: the two halves of an extragradient
       step. The defaults go through :meth:`apply`; a rule overrides them to hold
       less memory while the extrapolated point is evaluated (Adam).
@@ -170,6 +189,8 @@ class UpdateRule(Generic[RS]):
 
     #: whether ``apply`` takes the memory flags ``scratch`` and ``own_state``
     memory_flags: bool = False
+    #: whether ``apply`` takes ξ in pieces (:class:`~gameopt.vec.Pieces`) as ``d``
+    reads_pieces: bool = False
     schedulable: tuple[str, ...] = ()
     #: state entries that hold second moments (checked non-negative when a checkpoint loads)
     nonnegative: tuple[str, ...] = ()
@@ -248,10 +269,11 @@ class UpdateRule(Generic[RS]):
     def extrapolate(self, d: Vec, state: RS, empty: Empty | None = None) -> tuple[Vec, Any]:
         """The direction of an extrapolation (the first half of an extragradient step)
         from ``state``, which stays as it is; ``d`` is scratch (the direction may be
-        written into it). Returns ``(out, memo)``: :meth:`resume` turns the memo into
-        the state after the extrapolation. By default the memo is that state itself;
-        a rule may keep less (Adam keeps ``d``, not the two new moments) while the
-        caller evaluates the extrapolated point."""
+        written into it; for :class:`~gameopt.vec.Pieces`, into ``d.scratch()``).
+        Returns ``(out, memo)``: :meth:`resume` turns the memo into the state after the
+        extrapolation. By default the memo is that state itself; a rule may keep less
+        (Adam keeps ``d``, not the two new moments) while the caller evaluates the
+        extrapolated point."""
         return apply(self, d, state, empty, scratch=True)
 
     def resume(self, memo: Any, state: RS, empty: Empty | None = None) -> RS:
@@ -292,6 +314,8 @@ class UpdateRule(Generic[RS]):
         super().__init_subclass__(**kwargs)
         if "apply" in vars(cls) and "memory_flags" not in vars(cls):
             cls.memory_flags = False  # a new apply declares the flags it takes
+        if ("apply" in vars(cls) or "extrapolate" in vars(cls)) and "reads_pieces" not in vars(cls):
+            cls.reads_pieces = False  # and whether it reads ξ in pieces (both take d)
         if "apply" in vars(cls) and "implied" not in vars(cls):
             cls.implied = ()  # a new formula declares what its direction implies
         if "apply" in vars(cls) and "direction_bounds" not in vars(cls):
@@ -341,6 +365,7 @@ class Momentum(UpdateRule[MomentumState]):
     """
 
     memory_flags = True
+    reads_pieces = True
     schedulable = ("momentum",)
     momentum: Setting[float] = Setting.schedulable()
     nesterov = Setting.flag()
@@ -365,12 +390,12 @@ class Momentum(UpdateRule[MomentumState]):
     ) -> tuple[Vec, MomentumState]:
         empty = empty or _empty_like(d)
         buf = state["buf"] if own_state else empty()
-        for b, old, x in zip(buf, state["buf"], d):
+        for x, old, b in by_piece(d, state["buf"], buf):
             torch.add(x, old, alpha=self.momentum, out=b)  # b = x + μ·old, one pass
         if not self.nesterov:
             return buf, {"buf": buf}
-        out = d if scratch else empty()
-        for o, x, b in zip(out, d, buf):
+        out = _out(d, scratch, empty)
+        for x, b, o in by_piece(d, buf, out):
             torch.add(x, b, alpha=self.momentum, out=o)
         return out, {"buf": buf}
 
@@ -410,6 +435,7 @@ class Adam(UpdateRule[AdamState]):
     """
 
     memory_flags = True
+    reads_pieces = True
     schedulable = ("betas",)
     nonnegative = ("v",)
     # out = c·m/(√v + ε) with c > 0: where v is finite (and ≥ 0), a non-finite m makes
@@ -427,6 +453,8 @@ class Adam(UpdateRule[AdamState]):
         super().__init_subclass__(**kwargs)
         if "_direction" in vars(cls) and "implied" not in vars(cls):
             cls.implied = ()  # the direction's own formula declares what it implies
+        if "_moments" in vars(cls) and "reads_pieces" not in vars(cls):
+            cls.reads_pieces = False  # and whether it reads ξ in pieces (only _moments reads it)
         if ("_direction" in vars(cls) or "_moments" in vars(cls)) and "direction_bounds" not in vars(cls):
             cls.direction_bounds = UpdateRule.direction_bounds  # type: ignore[method-assign]  # and what bounds it
 
@@ -453,9 +481,10 @@ class Adam(UpdateRule[AdamState]):
         ratios = self._ratios(state)  # read before the moments are written (own_state)
         empty = empty or _empty_like(d)
         m, v = (state["m"], state["v"]) if own_state else (empty(), empty())
-        out = d if scratch else empty()  # each group's d is read (into m, v) before out is written
-        for g, (x, m0, v0, m1, v1, o) in enumerate(zip(d, state["m"], state["v"], m, v, out)):
+        for x, m0, v0, m1, v1 in by_piece(d, state["m"], state["v"], m, v):
             self._moments(x, m0, v0, m1, v1)
+        out = _out(d, scratch, empty)  # d is read (into m, v) before out is written
+        for g, (m1, v1, o) in enumerate(zip(m, v, out)):
             self._direction(m1, v1, _count_of(t, g), den=o, out=o)
         if ratios is not None:
             bounds.keep((m, v), self.eps, bounds.adam_ratios(m, ratios, self.betas, self.eps, self._correction(t)))
@@ -517,12 +546,14 @@ class Adam(UpdateRule[AdamState]):
         which :meth:`resume` recomputes them with the same operations (the same bits;
         five more elementwise passes). The moments then live only while the direction
         is computed, one group at a time."""
-        if type(self).apply is not Adam.apply or sum(t.numel() for t in d) < _RECOMPUTE_FROM:
+        if type(self).apply is not Adam.apply or sum(t.numel() for t in joint_like(d)) < _RECOMPUTE_FROM:
             return super().extrapolate(d, state, empty)  # a subclass's own rule, or small vectors
         t = next_count(state["t"])
         kept = (empty or _empty_like(d))()
-        for k, (x, g, m0, v0) in enumerate(zip(d, kept, state["m"], state["v"])):
+        for x, g in by_piece(d, kept):
             g.copy_(x)
+        d = d.scratch() if isinstance(d, Pieces) else d  # (ξ is read from kept from here on)
+        for k, (x, g, m0, v0) in enumerate(zip(d, kept, state["m"], state["v"])):
             o = torch.empty_like(x)  # v1, then the denominator
             self._moments(g, m0, v0, x, o)  # m1 into d (read into g first)
             self._direction(x, o, _count_of(t, k), den=o, out=x)
@@ -567,6 +598,7 @@ class RMSProp(UpdateRule[RMSPropState]):
 
     DEFAULTS = {"torch": (0.99, 1e-8), "tf1": (0.9, 1e-10)}  # convention → (decay, eps)
     memory_flags = True
+    reads_pieces = True
     schedulable = ("decay",)
     nonnegative = ("v",)
     decay: Setting[float] = Setting.schedulable()
@@ -601,19 +633,34 @@ class RMSProp(UpdateRule[RMSPropState]):
         known = bounds.kept((state["v"],), "v >= 0")  # read before v is written (own_state)
         empty = empty or _empty_like(d)
         v = state["v"] if own_state else empty()
-        out = d if scratch else empty()
-        for x, v0, v1, o in zip(d, state["v"], v, out):
-            # the denominator: a temporary when the result goes into d (which it divides)
-            x, v0, v1, o, den = _real(x, v0, v1, o, torch.empty_like(x) if o is x else o)
+        for x, v0, v1 in by_piece(d, state["v"], v):
+            x, v0, v1 = _real(x, v0, v1)
             torch.mul(v0, self.decay, out=v1).addcmul_(x, x, value=1 - self.decay)
-            if self.convention == "torch":
-                torch.sqrt(v1, out=den).add_(self.eps)
-            else:
-                torch.add(v1, self.eps, out=den).sqrt_()
-            torch.div(x, den, out=o)
+        out = _out(d, scratch, empty)
+        if isinstance(d, Pieces):  # the denominators in out, then ξ divided by them, piece by piece
+            for v1, o in zip(v, out):
+                self._denominator(v1, o)
+            for x, den in by_piece(d, out):
+                x, den = _real(x, den)
+                torch.div(x, den, out=den)
+        else:
+            for x, v1, o in zip(d, v, out):
+                # the denominator: a temporary where the direction goes into d (which it divides)
+                den = self._denominator(v1, torch.empty_like(o) if o is x else o)
+                x, den, o = _real(x, den, o)
+                torch.div(x, den, out=o)
         if known:  # v₀ >= 0, so v₁ >= 0
             bounds.keep((v,), "v >= 0", True)
         return out, {"v": v}
+
+    def _denominator(self, v1: Tensor, den: Tensor) -> Tensor:
+        """√v₁ + ε (``"torch"``) or √(v₁ + ε) (``"tf1"``), into ``den``, returned."""
+        v, d = _real(v1, den)
+        if self.convention == "torch":
+            torch.sqrt(v, out=d).add_(self.eps)
+        else:
+            torch.add(v, self.eps, out=d).sqrt_()
+        return den
 
     def direction_bounds(self, new_state: RMSPropState, out: Vec) -> list[float | None] | None:
         """``1 / √(1 − ρ)`` with room for rounding where ``v₀ >= 0`` (a finite ``v₁`` then

@@ -17,7 +17,7 @@ concatenation or repetition. Per-player scaling needs the layout:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,6 +251,15 @@ Step = Vec | Scaled
 
 
 # ------------------------------------------------ ξ where autograd left it
+#: elements per tensor on average from which an update rule reads ξ in pieces: one
+#: operation per parameter, each a dispatch (Adam runs three and takes the views of
+#: four vectors), against the copy of ξ into the buffer they spare. Measured on the
+#: CPU, SimGD + Adam on MLP pairs (``benchmarks.step_cost``), pieces against the copy:
+#: 1.06x at 2·10⁴ elements per tensor, 0.99x at 8·10⁴, 0.98x at 3·10⁵. The plain rule,
+#: which runs no operation of its own, reads them from ``PIECES_MIN``
+RULE_PIECES_MIN = 1 << 16
+
+
 @dataclass(frozen=True)
 class PieceViews:
     """Where each parameter's piece of a joint vector lies, for :class:`Pieces` (made
@@ -268,6 +277,9 @@ class PieceViews:
     group_params: list[int]
     #: per player, its parameters' views of any joint vector (as :attr:`point_views` of the point)
     views_of: Callable[[Sequence[Tensor]], list[list[Tensor]]]
+    #: whether the parameters tile every joint group (no padding from a player's ``align``):
+    #: an operation through their views then writes every element
+    packed: bool = True
 
 
 class Pieces:
@@ -277,12 +289,15 @@ class Pieces:
     A plain gradient step reads ξ twice: the step's check (``max|ξ|``, its finiteness
     verdict) and the move (``w + factor·ξ``). Copying ξ into the fused buffer first is a
     pass over memory (2N per evaluation) that the bare loop, ``autograd.grad`` then
-    ``torch._foreach_add_``, does not pay. An algorithm whose rule reads ξ as it is
-    (:attr:`~gameopt.Algorithm.reads_xi_as_is`) asks ``oracle.xi(pieces=True)``; where
+    ``torch._foreach_add_``, does not pay. An algorithm whose rule reads ξ so
+    (:attr:`~gameopt.Algorithm.reads_pieces`) asks ``oracle.xi(pieces=True)``; where
     the evaluation allows it (players with large tensors, no loss scale, not
     data-parallel: ``gameopt.autodiff.xi.leaves_in_place``) it gets this, to hand to
-    :meth:`~gameopt.Algorithm.scaled_descent` (a :class:`Scaled` step that the game's
-    check and move read here) or to ``oracle.xi(along=...)``, and nowhere else:
+    :meth:`~gameopt.Algorithm.scaled_descent` (with the plain rule, a :class:`Scaled`
+    step that the game's check and move read here; a rule that declares
+    ``reads_pieces`` reads it in its elementwise operations, ``by_piece``, and
+    writes its direction into the buffer, :meth:`scratch`) or, with the plain rule, to
+    ``oracle.xi(along=...)``, and nowhere else:
     :meth:`filled` is the joint vector (the copy, once), which
     :meth:`~gameopt.JointLayout.resolve` and every other reader take. Borrowed, as
     ``oracle.xi()``'s result: the next evaluation releases it.
@@ -293,18 +308,21 @@ class Pieces:
             tensors, or the buffer's own views where the evaluation wrote there.
     """
 
-    __slots__ = ("where", "parts", "_filled", "_spent")
+    __slots__ = ("where", "parts", "_filled", "_spent", "_scratched")
 
     def __init__(self, where: PieceViews, parts: Sequence[Sequence[Tensor]]) -> None:
         self.where = where
         self.parts = [list(p) for p in parts]
         self._filled = False
         self._spent = False
+        self._scratched = False
 
     def filled(self) -> Vec:
         """The joint vector: the gradients copied into the gradient buffer (one foreach
         copy, the first time), which is returned (borrowed, as ``oracle.xi()``'s)."""
         self._check()
+        if self._scratched:
+            raise RuntimeError("this ξ's gradient buffer was taken as scratch (Pieces.scratch): it cannot be filled")
         if not self._filled:
             pairs = [(v, g) for vs, part in zip(self.where.grad_views, self.parts) for v, g in zip(vs, part)]
             moved = [(v, g) for v, g in pairs if v is not g]
@@ -318,6 +336,44 @@ class Pieces:
         """Every gradient, player after player."""
         self._check()
         return [g for part in self.parts for g in part]
+
+    @property
+    def rules_read_here(self) -> bool:
+        """Whether an update rule's elementwise operations may run per parameter on
+        these gradients (``by_piece``): the parameters tile every joint group (no
+        padding, which no view would write: a new state's padding would hold whatever
+        its memory held), and every player's tensors hold ``RULE_PIECES_MIN``
+        elements on average, so that an operation's cost per tensor is repaid by the
+        copy into the buffer it spares."""
+        large = all(sum(g.numel() for g in part) >= RULE_PIECES_MIN * len(part) for part in self.parts if part)
+        return self.where.packed and large
+
+    @property
+    def in_buffer(self) -> bool:
+        """Whether some gradient is the gradient buffer's own view (written there by the
+        evaluation: an unreached parameter's zeros, or filled)."""
+        pairs = (zip(vs, part) for vs, part in zip(self.where.grad_views, self.parts))
+        return self._filled or any(g is v for player in pairs for v, g in player)
+
+    def like(self) -> Vec:
+        """A joint vector shaped as ξ (the gradient buffer; not to be written: see :meth:`scratch`)."""
+        return self.where.grad
+
+    def scratch(self) -> Vec:
+        """The gradient buffer, to write a direction into while the gradients are read
+        where autograd left them (none of them may be in it: :attr:`in_buffer`); from
+        then on :meth:`filled` raises ``RuntimeError`` (it would overwrite it)."""
+        self._check()
+        if self.in_buffer:
+            raise RuntimeError("this ξ lies partly in the gradient buffer: fill it (Pieces.filled) instead")
+        self._scratched = True
+        return self.where.grad
+
+    def by_parameter(self, *vecs: Sequence[Tensor]) -> Iterator[tuple[Tensor, ...]]:
+        """For an elementwise operation that reads ξ, per parameter: its gradient and its
+        views of each of ``vecs`` (joint vectors shaped as ξ); see ``by_piece``."""
+        views = [[v for player in self.where.views_of(vec) for v in player] for vec in vecs]
+        return zip(self.tensors(), *views)
 
     def group_bounds(self, per_tensor: Sequence[Any]) -> list[Any]:
         """Per joint group, the largest of ``per_tensor`` (one bound per tensor of
@@ -374,6 +430,20 @@ class Pieces:
 
     def __repr__(self) -> str:
         return f"Pieces({sum(map(len, self.parts))} tensors, filled={self._filled})"
+
+
+def by_piece(d: Vec | Pieces, *vecs: Sequence[Tensor]) -> Iterator[tuple[Tensor, ...]]:
+    """``zip(d, *vecs)`` for an elementwise operation that reads ``d`` (an update
+    rule's ξ) beside joint vectors ``vecs``: per joint group for a joint vector ``d``;
+    per parameter for :class:`Pieces` (each gradient where autograd left it, with its
+    parameter's views of ``vecs``), which reads ξ with no copy into the buffer. A rule
+    written with it declares ``UpdateRule.reads_pieces``."""
+    return d.by_parameter(*vecs) if isinstance(d, Pieces) else zip(d, *vecs)
+
+
+def joint_like(d: Vec | Pieces) -> Vec:
+    """``d`` itself, or the joint vector that :class:`Pieces` ``d`` is shaped as."""
+    return d.like() if isinstance(d, Pieces) else d
 
 
 def filled_step(step: Scaled) -> Scaled:

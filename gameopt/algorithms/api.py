@@ -44,9 +44,10 @@ What it holds (each name documented where it is defined):
   ``oracle.layout`` and ``game.layout``) and ``owned`` (a vector of the caller's
   instead of the borrowed gradient buffer, for a state to keep);
 * ``Pieces``: ξ where autograd left it (``oracle.xi(pieces=True)``, no copy into the
-  gradient buffer), for an algorithm whose rule reads ξ as it is
-  (``self.reads_xi_as_is``) to pass to ``self.scaled_descent`` or to
-  ``oracle.xi(along=...)``; ``Pieces.filled()`` is the joint vector;
+  gradient buffer), for an algorithm whose rule reads it so (``self.reads_pieces``:
+  the plain rule, whose step is ξ itself, ``self.reads_xi_as_is``, or a rule that
+  declares ``reads_pieces``) to pass to ``self.scaled_descent``, or, with the plain
+  rule, to ``oracle.xi(along=...)``; ``Pieces.filled()`` is the joint vector;
 * ``Scaled`` and ``Step``: what ``update`` returns, a step as a joint vector or as a
   direction with one factor per player (``self.scaled_descent``), which the game's
   move applies in its own pass (:class:`gameopt.algorithms.api.Scaled`); a wrapper forms a

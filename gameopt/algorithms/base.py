@@ -167,6 +167,24 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         :class:`~gameopt.vec.Pieces` (``oracle.xi(pieces=True)``: no copy of ξ)."""
         return type(self.rule) is Plain
 
+    @property
+    def reads_pieces(self) -> bool:
+        """Whether :meth:`scaled_descent` takes ξ in pieces (``oracle.xi(pieces=True)``):
+        the plain rule's step is ξ itself (:attr:`reads_xi_as_is`); a rule that declares
+        ``reads_pieces`` (Momentum, Adam, RMSProp) reads each parameter's gradient where
+        autograd left it, where the parameters tile their groups and their tensors are
+        large (``Pieces.rules_read_here``); elsewhere ξ is filled
+        into the gradient buffer first, as for every other rule."""
+        return self.reads_xi_as_is or self.rule.reads_pieces
+
+    def rule_input(self, d: Vec | Pieces) -> Vec | Pieces:
+        """ξ as the update rule reads it: in pieces where it declares ``reads_pieces`` and
+        they may be read per parameter here (``Pieces.rules_read_here``, no piece in
+        the buffer), else the joint vector (``Pieces.filled()``, the copy)."""
+        if not isinstance(d, Pieces) or (self.rule.reads_pieces and d.rules_read_here and not d.in_buffer):
+            return d
+        return d.filled()
+
     def scaled_descent(
         self,
         oracle: OracleInterface,
@@ -181,11 +199,13 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         scaling first. The direction may be ``d`` or the rule's state: it is read when
         the game moves, so nothing may write into either before ``update`` returns."""
         factors = [-float(g["lr"]) for g in self.param_groups]
-        if isinstance(d, Pieces):  # ξ where autograd left it (oracle.xi(pieces=True))
-            if self.reads_xi_as_is:
-                return Scaled(d, factors, into=d if scratch else None), rule_state
-            d = d.filled()
-        out, new_rule_state = apply(self.rule, d, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
+        if isinstance(d, Pieces) and self.reads_xi_as_is:  # ξ where autograd left it: the step itself
+            return Scaled(d, factors, into=d if scratch else None), rule_state
+        d = self.rule_input(d)
+        vec = cast("Vec", d)  # (Pieces only to a rule that declares reads_pieces)
+        out, new_rule_state = apply(self.rule, vec, rule_state, oracle.empty, scratch=scratch, own_state=own_state)
+        if isinstance(d, Pieces) and scratch:  # (the rule read it; the buffer is scratch)
+            d = d.scratch()
         implied = [t for k in self.rule.implied for t in new_rule_state[k]] if self.rule.implied else ()
         bounds = self.rule.direction_bounds(new_rule_state, out)
         state_tensors = tensors_in(new_rule_state) if new_rule_state else []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -73,13 +73,13 @@ class Extragradient(Algorithm[DescentState]):
         # is in (Adam on large vectors: from a copy of ξ(w), one vector held during that
         # evaluation instead of two moments); the committed state is only read, so a
         # failure anywhere loses nothing
-        plain = self.reads_xi_as_is  # ξ read where autograd left it (no copy): the moves take it as it is
-        xi = oracle.xi(pieces=plain)
-        # (the plain rule's extrapolation is ξ itself, its state none)
-        out, memo = (
-            (xi, state["rule"]) if isinstance(xi, Pieces) else self.rule.extrapolate(xi, state["rule"], oracle.empty)
-        )
-        xi_x = oracle.xi(along=(out, [-lr for lr in lrs]), pieces=plain)  # ξ(w'), w' = w − η' out
+        xi = oracle.xi(pieces=self.reads_pieces)  # ξ read where autograd left it (no copy)
+        out: Vec | Pieces
+        if isinstance(xi, Pieces) and self.reads_xi_as_is:  # (the plain rule's extrapolation: ξ itself)
+            out, memo = xi, state["rule"]
+        else:  # (Pieces only to a rule that declares reads_pieces)
+            out, memo = self.rule.extrapolate(cast(Vec, self.rule_input(xi)), state["rule"], oracle.empty)
+        xi_x = oracle.xi(along=(out, [-lr for lr in lrs]), pieces=self.reads_pieces)  # ξ(w'), w' = w − η' out
         rule_state = self.rule.resume(memo, state["rule"], oracle.empty)  # this step's own
         delta, rule_state = self.scaled_descent(oracle, xi_x, rule_state, scratch=True, own_state=True)
         return delta, {"rule": rule_state}

@@ -39,7 +39,7 @@ class SimGD(Algorithm[DescentState]):
         super().__init__(lr, update)
 
     def update(self, oracle: Oracle, state: DescentState) -> tuple[Step, DescentState]:
-        xi = oracle.xi(pieces=self.reads_xi_as_is)  # a plain gradient step reads ξ where autograd left it
+        xi = oracle.xi(pieces=self.reads_pieces)  # read where autograd left it (the plain rule, Adam, ...)
         delta, rule_state = self.scaled_descent(oracle, xi, state["rule"], scratch=True)
         return delta, {"rule": rule_state}
 

@@ -108,6 +108,7 @@ class Problem:
             groups=groups,
             group_params=[groups.count(g) for g in range(len(layout.data))],
             views_of=views_of,
+            packed=self.all_packed,
         )
 
     @functools.cached_property

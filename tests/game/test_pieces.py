@@ -17,7 +17,7 @@ from torch import nn
 import gameopt
 import gameopt.autodiff.xi as first_order_xi
 from gameopt.testing.traffic import count
-from gameopt.vec import Pieces
+from gameopt.vec import Pieces, Vec
 
 BIG = first_order_xi.PIECES_MIN  # elements per tensor from which a player's ξ stays in pieces
 
@@ -330,3 +330,243 @@ def test_xi_in_pieces_is_released_by_the_next_evaluation(next_evaluation) -> Non
     with pytest.raises(RuntimeError, match="borrowed until the next evaluation"):
         game.step()
     assert _same(params, before)
+
+
+# ------------------------------------------------- update rules that read ξ in pieces
+#: the rules that declare ``reads_pieces``, each setting that changes which ops they run
+RULES = {
+    "Momentum": lambda: gameopt.Momentum(0.9),
+    "Momentum, nesterov": lambda: gameopt.Momentum(0.9, nesterov=True),
+    "Adam": lambda: gameopt.Adam(),
+    "RMSProp": lambda: gameopt.RMSProp(),
+    "RMSProp, tf1": lambda: gameopt.RMSProp(convention="tf1"),
+}
+ALGORITHMS = {
+    "SimGD": lambda rule: gameopt.SimGD(LRS, update=rule),
+    "Extragradient": lambda rule: gameopt.Extragradient(LRS, update=rule),
+}
+
+
+@pytest.fixture
+def rules_read_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rules read these players' ξ in pieces (their tensors are smaller than
+    ``RULE_PIECES_MIN``, from which it pays on the CPU)."""
+    monkeypatch.setattr(gameopt.vec, "RULE_PIECES_MIN", BIG)
+
+
+def _close(params, ref) -> None:
+    """Equal up to the last bits: a rule's ops run per parameter on ξ in pieces and per
+    group on the buffer, and a kernel's vectorized body and its tail may round an
+    element differently (a fused multiply-add in one of them)."""
+    for ps, rs in zip(params, ref):
+        for p, r in zip(ps, rs):
+            torch.testing.assert_close(p.detach(), r.detach(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_rule_reads_xi_in_pieces_as_it_reads_the_buffer(rule, algorithm, verdict) -> None:
+    """Momentum, Adam and RMSProp read each parameter's gradient where autograd left it:
+    no copy of ξ, the buffered step's iterates and state."""
+    make = ALGORITHMS[algorithm]
+    (game, params, _), (other, other_params, _) = _game(make(RULES[rule]()), verdict), _game(make(RULES[rule]()))
+    for _ in range(3):
+        mine = count(game.step, BIG)
+        with _buffered():
+            theirs = count(other.step, BIG)
+    game.synchronize()
+    _close(params, other_params)
+    mine_state, their_state = game.state_dict()["algorithm"]["state"], other.state_dict()["algorithm"]["state"]
+    for k, v in mine_state["rule"].items():
+        if isinstance(v, list):
+            for a, b in zip(v, their_state["rule"][k]):
+                torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-15)
+        else:
+            assert v == their_state["rule"][k]
+    # no copy of ξ (EG: of ξ(w) and ξ(w')): a copy per parameter and evaluation, a read
+    # and a write of every element
+    elements, evaluations = sum(p.numel() for ps in params for p in ps), {"SimGD": 1, "Extragradient": 2}[algorithm]
+    assert theirs.copies - mine.copies == 4 * evaluations, (mine.names, theirs.names)
+    assert theirs.touched - mine.touched == 2 * elements * evaluations
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+@pytest.mark.parametrize("verdict", ["host", "device"])
+def test_extra_adams_extrapolation_that_keeps_xi_reads_it_in_pieces(verdict, monkeypatch) -> None:
+    """On large vectors Adam's extrapolation keeps a copy of ξ(w) instead of the two
+    moments (``Adam.extrapolate``): from the pieces, the buffer as its scratch."""
+    monkeypatch.setattr(gameopt.updates, "_RECOMPUTE_FROM", BIG)
+    make = ALGORITHMS["Extragradient"]
+    (game, params, _), (other, other_params, _) = _game(make(gameopt.Adam()), verdict), _game(make(gameopt.Adam()))
+    for _ in range(3):
+        mine = count(game.step, BIG, warmup=0)
+        with _buffered():
+            theirs = count(other.step, BIG, warmup=0)
+    game.synchronize()
+    _close(params, other_params)
+    # ξ(w) and ξ(w') not copied into the buffer (the copy the memo keeps is made in both)
+    assert theirs.touched - mine.touched == 4 * sum(p.numel() for ps in params for p in ps)
+    mine_state, their_state = game.state_dict()["algorithm"]["state"], other.state_dict()["algorithm"]["state"]
+    for k in ("m", "v"):
+        torch.testing.assert_close(mine_state["rule"][k], their_state["rule"][k], rtol=1e-12, atol=1e-15)
+    assert mine_state["rule"]["t"] == their_state["rule"]["t"] == 6
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_a_non_finite_xi_in_pieces_leaves_the_rules_state_as_it_was(algorithm, verdict) -> None:
+    game, params, losses = _game(ALGORITHMS[algorithm](gameopt.Adam()), verdict)
+    game.step()
+    game.synchronize()
+    before = [[p.detach().clone() for p in ps] for ps in params]
+    state = game.state_dict()["algorithm"]["state"]
+
+    def poisoned():
+        u, v, w = losses()
+        return u, v, w * float("nan")
+
+    game.losses = poisoned
+    with pytest.raises(gameopt.NonFiniteError, match="not finite"):
+        game.step()
+        game.synchronize()
+    assert _same(params, before)
+    after = game.state_dict()["algorithm"]["state"]
+    assert after["rule"]["t"] == state["rule"]["t"] == {"SimGD": 1, "Extragradient": 2}[algorithm]
+    assert all(torch.equal(a, b) for k in ("m", "v") for a, b in zip(after["rule"][k], state["rule"][k]))
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+def test_a_rule_on_two_groups_and_an_unreached_parameter_reads_xi_as_the_buffered_step() -> None:
+    """z in float32 (two joint groups) and a parameter no gradient reaches, whose zeros
+    the evaluation writes into the buffer: ξ is then filled (Pieces.in_buffer) and
+    Adam reads it there, as the buffered step does."""
+
+    def build():
+        params, losses = _players(unused=True)
+        z = nn.Parameter(params[2][0].detach().float())
+
+        def mixed():
+            u, v, _ = losses()
+            return u, v, (z * params[1][0][:BIG].float()).sum() + torch.cosh(z / 4).sum()
+
+        players = [gameopt.Player(params[0]), gameopt.Player(params[1]), gameopt.Player([z])]
+        algorithm = gameopt.SimGD(LRS, update=gameopt.Adam())
+        return gameopt.Game(players, mixed, algorithm=algorithm), [params[0], params[1], [z]]
+
+    (game, params), (other, other_params) = build(), build()
+    assert len(game.layout.data) == 2
+    for _ in range(3):
+        seen = count(game.step, BIG, warmup=0).names
+        with _buffered():
+            other.step()
+    assert seen.get("_foreach_copy_", 0) >= 1, seen  # (filled)
+    _close(params, other_params)
+    assert torch.equal(params[0][2], torch.zeros(BIG, dtype=torch.float64))
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+def test_a_complex_player_reads_xi_in_pieces_as_the_buffered_step() -> None:
+    def build():
+        g = torch.Generator().manual_seed(2)
+        x = nn.Parameter(torch.randn(2 * BIG, generator=g, dtype=torch.complex128) / 4)
+        y = nn.Parameter(torch.randn(2 * BIG, generator=g, dtype=torch.complex128) / 4)
+
+        def losses():
+            f = (x * y).real.sum() + (x.abs() ** 2).sum() / 2
+            return f, -f + (y.abs() ** 2).sum() / 4
+
+        algorithm = gameopt.SimGD(0.05, update=gameopt.RMSProp())
+        return gameopt.Game([gameopt.Player([x]), gameopt.Player([y])], losses, algorithm=algorithm), [[x], [y]]
+
+    (game, params), (other, other_params) = build(), build()
+    for _ in range(3):
+        mine = count(game.step, BIG, warmup=0)
+        with _buffered():
+            theirs = count(other.step, BIG, warmup=0)
+        assert theirs.copies - mine.copies == 2, (mine.names, theirs.names)  # (ξ: one copy per parameter)
+    _close(params, other_params)
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+def test_a_rule_that_defines_its_own_formula_reads_the_buffer() -> None:
+    """``reads_pieces`` is declared with a formula: a subclass with its own ``apply`` (or
+    Adam's ``_moments``) does not inherit it, and gets the joint vector."""
+
+    class Clipped(gameopt.Momentum):
+        def apply(self, d, state, empty=None, scratch=False, own_state=False):
+            assert not isinstance(d, Pieces)
+            return super().apply(Vec(t.clamp(-1.0, 1.0) for t in d), state, empty)
+
+    class Moments(gameopt.Adam):
+        def _moments(self, x, m0, v0, m1, v1):
+            super()._moments(x, m0, v0, m1, v1)
+
+    class Extrapolates(gameopt.RMSProp):
+        def extrapolate(self, d, state, empty=None):
+            return super().extrapolate(d, state, empty)
+
+    class Direction(gameopt.Adam):  # (its direction reads the moments, not ξ)
+        def _direction(self, m1, v1, t, den, out):
+            super()._direction(m1, v1, t, den, out)
+
+    assert gameopt.Adam.reads_pieces and gameopt.RMSProp.reads_pieces and gameopt.Momentum.reads_pieces
+    assert Direction.reads_pieces and not gameopt.Plain.reads_pieces
+    assert not Clipped.reads_pieces and not Moments.reads_pieces and not Extrapolates.reads_pieces
+    game, params, _ = _game(gameopt.SimGD(0.01, update=Clipped()))
+    assert count(game.step, BIG).copies == 4  # (ξ into the buffer, one copy per parameter)
+
+
+def test_a_buffer_taken_as_scratch_is_not_filled_over() -> None:
+    class Scratches(gameopt.SimGD):
+        def update(self, oracle, state):
+            xi = oracle.xi(pieces=True)
+            assert isinstance(xi, Pieces) and not xi.in_buffer
+            assert xi.scratch() is xi.like()
+            with pytest.raises(RuntimeError, match="taken as scratch"):
+                xi.filled()
+            raise KeyError("stop")
+
+    game, params, _ = _game(Scratches(0.01))
+    before = [[p.detach().clone() for p in ps] for ps in params]
+    with pytest.raises(KeyError, match="stop"):
+        game.step()
+    assert _same(params, before)
+
+
+def test_a_rule_reads_the_buffer_below_the_size_where_pieces_pay() -> None:
+    """Below ``RULE_PIECES_MIN`` elements per tensor Adam reads ξ filled into the buffer
+    (one copy), where the plain rule reads it in pieces (none)."""
+    assert BIG * 2 < gameopt.vec.RULE_PIECES_MIN
+    game, _, _ = _game(gameopt.SimGD(0.01, update=gameopt.Adam()))
+    assert count(game.step, BIG).names.get("_foreach_copy_", 0) == 1
+    game, _, _ = _game(gameopt.SimGD(0.01))
+    assert count(game.step, BIG).copies == 0
+
+
+@pytest.mark.usefixtures("rules_read_pieces")
+@pytest.mark.parametrize("rule", ["Momentum", "Adam", "RMSProp"])
+def test_a_rule_on_a_player_with_padding_reads_the_buffer_and_keeps_the_padding_zero(rule) -> None:
+    """``Player(align=)`` pads its buffers: no parameter's view covers the padding, so a
+    rule whose new state were written through the views would leave it as fresh memory
+    holds it (a NaN there refused steps). ξ is filled instead; the padding of the state
+    and of the point stays 0."""
+    g = torch.Generator().manual_seed(3)
+    a, b, y = (nn.Parameter(torch.randn(BIG + k, generator=g, dtype=torch.float64) / 4) for k in (3, 5, 0))
+
+    def losses():
+        f = (a[:BIG] * y).sum() + (b[:BIG] * y).sum() + (a**2).sum() / 2 + (b**4).sum() / 4
+        return f, -f + (y**2).sum() / 4
+
+    x = gameopt.Player([a, b], align=64)
+    game = gameopt.Game([x, gameopt.Player([y])], losses, algorithm=gameopt.SimGD(0.01, update=RULES[rule]()))
+    for _ in range(3):
+        assert count(game.step, BIG, warmup=0).names.get("_foreach_copy_", 0) == 1  # (filled)
+    flat = x.flat_param.detach()
+    pad = slice(a.numel(), (b.data_ptr() - flat.data_ptr()) // flat.element_size())  # between a and b
+    assert pad.stop > pad.start
+    key = {"Momentum": "buf", "Adam": "m", "RMSProp": "v"}[rule]
+    state = game.state_dict()["algorithm"]["state"]["rule"][key][0]
+    assert not bool(flat[pad].any()) and not bool(state[pad].any())
