@@ -312,14 +312,25 @@ class UpdateRule(Generic[RS]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "apply" in vars(cls) and "memory_flags" not in vars(cls):
+        if _unsaid(cls, "memory_flags", "apply"):
             cls.memory_flags = False  # a new apply declares the flags it takes
-        if ("apply" in vars(cls) or "extrapolate" in vars(cls)) and "reads_pieces" not in vars(cls):
+        if _unsaid(cls, "reads_pieces", "apply", "extrapolate"):
             cls.reads_pieces = False  # and whether it reads ξ in pieces (both take d)
-        if "apply" in vars(cls) and "implied" not in vars(cls):
+        if _unsaid(cls, "implied", "apply"):
             cls.implied = ()  # a new formula declares what its direction implies
-        if "apply" in vars(cls) and "direction_bounds" not in vars(cls):
+        if _unsaid(cls, "direction_bounds", "apply"):
             cls.direction_bounds = UpdateRule.direction_bounds  # type: ignore[method-assign]  # and what bounds it
+
+
+def _unsaid(cls: type, declared: str, *methods: str) -> bool:
+    """Whether ``cls`` takes one of ``methods`` from a class that did not declare
+    ``declared`` with it: one nearer than the declaration in ``cls``'s method
+    resolution order (a subclass's own ``apply``, or a mixin's ahead of Adam)."""
+
+    def provider(name: str) -> int:
+        return next((k for k, c in enumerate(cls.__mro__) if name in vars(c)), len(cls.__mro__))
+
+    return any(provider(m) < provider(declared) for m in methods)
 
 
 def apply(
@@ -451,11 +462,11 @@ class Adam(UpdateRule[AdamState]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "_direction" in vars(cls) and "implied" not in vars(cls):
+        if _unsaid(cls, "implied", "_direction"):
             cls.implied = ()  # the direction's own formula declares what it implies
-        if "_moments" in vars(cls) and "reads_pieces" not in vars(cls):
+        if _unsaid(cls, "reads_pieces", "_moments"):
             cls.reads_pieces = False  # and whether it reads ξ in pieces (only _moments reads it)
-        if ("_direction" in vars(cls) or "_moments" in vars(cls)) and "direction_bounds" not in vars(cls):
+        if _unsaid(cls, "direction_bounds", "_direction", "_moments"):
             cls.direction_bounds = UpdateRule.direction_bounds  # type: ignore[method-assign]  # and what bounds it
 
     def check(self, name: str, value: Any, path: str | None = None) -> Any:

@@ -370,9 +370,13 @@ class Pieces:
         return self.where.grad
 
     def by_parameter(self, *vecs: Sequence[Tensor]) -> Iterator[tuple[Tensor, ...]]:
-        """For an elementwise operation that reads ξ, per parameter: its gradient and its
-        views of each of ``vecs`` (joint vectors shaped as ξ); see ``by_piece``."""
+        """For an elementwise operation that reads ξ, per parameter: its gradient (a lazy
+        conjugate or negation resolved, as a copy into the buffer would: a rule may take
+        real views of it) and its views of each of ``vecs`` (joint vectors shaped as ξ);
+        see ``by_piece``."""
         views = [[v for player in self.where.views_of(vec) for v in player] for vec in vecs]
+        for part in self.parts:  # (once: kept resolved)
+            part[:] = [g.resolve_conj().resolve_neg() if g.is_conj() or g.is_neg() else g for g in part]
         return zip(self.tensors(), *views)
 
     def group_bounds(self, per_tensor: Sequence[Any]) -> list[Any]:

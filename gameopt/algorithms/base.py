@@ -173,8 +173,8 @@ class Algorithm(_ParamGroups, _Checkpoints[S]):
         the plain rule's step is ξ itself (:attr:`reads_xi_as_is`); a rule that declares
         ``reads_pieces`` (Momentum, Adam, RMSProp) reads each parameter's gradient where
         autograd left it, where the parameters tile their groups and their tensors are
-        large (``Pieces.rules_read_here``); elsewhere ξ is filled
-        into the gradient buffer first, as for every other rule."""
+        large (``Pieces.rules_read_here``); elsewhere ξ is filled into the gradient
+        buffer first (one foreach copy of ξ as autograd returned it)."""
         return self.reads_xi_as_is or self.rule.reads_pieces
 
     def rule_input(self, d: Vec | Pieces) -> Vec | Pieces:
