@@ -42,7 +42,7 @@ from . import direction_bounds as bounds
 from .checks import check_number
 from .settings import Setting
 from .state import Carry, check_counts, check_like, check_loaded
-from .vec import Pieces, Vec, by_piece, joint_like
+from .vec import Pieces, Vec, by_piece, copy_by_piece, joint_like
 
 #: any rule's state as the algorithms and checkpoints see it, a dict
 State = dict[str, Any]
@@ -561,8 +561,7 @@ class Adam(UpdateRule[AdamState]):
             return super().extrapolate(d, state, empty)  # a subclass's own rule, or small vectors
         t = next_count(state["t"])
         kept = (empty or _empty_like(d))()
-        for x, g in by_piece(d, kept):
-            g.copy_(x)
+        copy_by_piece(kept, d)
         d = d.scratch() if isinstance(d, Pieces) else d  # (ξ is read from kept from here on)
         for k, (x, g, m0, v0) in enumerate(zip(d, kept, state["m"], state["v"])):
             o = torch.empty_like(x)  # v1, then the denominator

@@ -445,6 +445,13 @@ def by_piece(d: Vec | Pieces, *vecs: Sequence[Tensor]) -> Iterator[tuple[Tensor,
     return d.by_parameter(*vecs) if isinstance(d, Pieces) else zip(d, *vecs)
 
 
+def copy_by_piece(into: Vec, d: Vec | Pieces) -> None:
+    """In place: the joint vector ``into`` takes ``d``'s values, with one foreach copy
+    (per parameter, through ``into``'s views, for :class:`Pieces`: no copy loop)."""
+    pairs = list(by_piece(d, into))
+    tc.foreach_copy_([v for _, v in pairs], [x for x, _ in pairs])
+
+
 def joint_like(d: Vec | Pieces) -> Vec:
     """``d`` itself, or the joint vector that :class:`Pieces` ``d`` is shaped as."""
     return d.like() if isinstance(d, Pieces) else d

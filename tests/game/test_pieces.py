@@ -408,6 +408,8 @@ def test_extra_adams_extrapolation_that_keeps_xi_reads_it_in_pieces(verdict, mon
     _close(params, other_params)
     # ξ(w) and ξ(w') not copied into the buffer (the copy the memo keeps is made in both)
     assert theirs.touched - mine.touched == 4 * sum(p.numel() for ps in params for p in ps)
+    # the memo's copy from the pieces is one foreach copy, not a copy per parameter
+    assert mine.copies == mine.names.get("_foreach_copy_") == 3, mine.names  # (with the point saved and put back)
     mine_state, their_state = game.state_dict()["algorithm"]["state"], other.state_dict()["algorithm"]["state"]
     for k in ("m", "v"):
         torch.testing.assert_close(mine_state["rule"][k], their_state["rule"][k], rtol=1e-12, atol=1e-15)
