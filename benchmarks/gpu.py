@@ -19,7 +19,8 @@
   ``gameopt.testing.traffic``);
 * SimGD on the DCGAN pair with ξ left in pieces (``gameopt.vec.Pieces``,
   below the device's threshold of 2²¹ elements per tensor, an estimate that these rows
-  measure) and with ξ copied into the gradient buffer;
+  measure) and with ξ copied into the gradient buffer, and Extra-Adam with ξ in
+  pieces (Adam reading it there: ``gameopt.vec.RULE_PIECES_MIN``);
 * bilinear games of 10^8 and 10^9 parameters per player (10^6 and 10^7 with
   ``--quick`` or on the CPU): a gameopt SimGD step against the bare one, and up to
   2²⁷ elements per player (where a step leaves ξ in pieces) with ξ copied into the buffer;
@@ -100,12 +101,12 @@ def pieces_from(elements: int) -> Iterator[None]:
     buffer) from ``elements`` per tensor on average, on the CPU and off it (the
     thresholds ``PIECES_MIN`` and ``DEVICE_PIECES_MIN``, whose device value is an
     estimate that these rows measure)."""
-    saved = first_order_xi.PIECES_MIN, first_order_xi.DEVICE_PIECES_MIN
-    first_order_xi.PIECES_MIN = first_order_xi.DEVICE_PIECES_MIN = elements
+    saved = first_order_xi.PIECES_MIN, first_order_xi.DEVICE_PIECES_MIN, gameopt.vec.RULE_PIECES_MIN
+    first_order_xi.PIECES_MIN = first_order_xi.DEVICE_PIECES_MIN = gameopt.vec.RULE_PIECES_MIN = elements
     try:
         yield
     finally:
-        first_order_xi.PIECES_MIN, first_order_xi.DEVICE_PIECES_MIN = saved
+        first_order_xi.PIECES_MIN, first_order_xi.DEVICE_PIECES_MIN, gameopt.vec.RULE_PIECES_MIN = saved
 
 
 def with_pieces_from(elements: int, fn: Callable[[], object]) -> Callable[[], object]:
@@ -166,10 +167,12 @@ def dcgan_table(device: torch.device, quick: bool, rounds: int, target: float) -
         Gi, Di = fresh()
         game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=ALGORITHMS[name](), verdict="device")
         cands[f"gameopt {name}, device verdict"] = lambda game=game: game.step(x, z)
-    for label, elements in (("in pieces", 0), ("copied", 1 << 62)):  # (the device's threshold: an estimate)
+    # (the device's thresholds: estimates) Extra-Adam's rule reads ξ in pieces too
+    pieces_rows = (("SimGD", "in pieces", 0), ("SimGD", "copied", 1 << 62), ("Extra-Adam", "in pieces", 0))
+    for name, label, elements in pieces_rows:
         Gi, Di = fresh()
-        game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=ALGORITHMS["SimGD"]())
-        cands[f"gameopt SimGD, ξ {label}"] = with_pieces_from(elements, lambda game=game: game.step(x, z))
+        game = gameopt.Game([Gi, Di], losses_of(Gi, Di), algorithm=ALGORITHMS[name]())
+        cands[f"gameopt {name}, ξ {label}"] = with_pieces_from(elements, lambda game=game: game.step(x, z))
     Go, Do = fresh()
     params, gps, dps, obvious_losses = (
         list(Go.parameters()) + list(Do.parameters()),
