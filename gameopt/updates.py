@@ -689,6 +689,22 @@ class RMSProp(UpdateRule[RMSPropState]):
         return [bounds.rmsprop_bound(o, self.decay, self.eps, inside) for o in out]
 
 
+def zero_eps_advice(rule: UpdateRule, dtype: torch.dtype) -> str:
+    """Why steps of ``rule`` on parameters of ``dtype`` may be refused, where a setting of
+    the rule is lost in that dtype: Adam's and RMSProp's ε rounds to 0 in float16 (the
+    default 1e-8; the smallest float16 is 6e-8), so their direction divides by 0 wherever
+    the second moment underflows to 0 (at Adam's first step, wherever |ξ| < 5e-3);
+    ``""`` otherwise. ``torch.optim``'s Adam writes ±inf there."""
+    eps = rule.eps if isinstance(rule, (Adam, RMSProp)) else 0.0
+    if not eps or torch.tensor(eps, dtype=dtype).item() != 0:
+        return ""
+    name = str(dtype).removeprefix("torch.")
+    return (
+        f"{type(rule).__name__}'s eps={eps:g} is 0 in {name}, so its direction divides by 0 wherever the second "
+        "moment underflows to 0, at small gradients: take eps >= 1e-4, or keep the parameters in float32"
+    )
+
+
 class PerPlayer(UpdateRule[PerPlayerState]):
     """One update rule per player: ``update=[gameopt.Adam(), gameopt.Plain()]`` gives
     the first player Adam and the second plain gradient steps (a primal Adam with a

@@ -616,3 +616,24 @@ def test_a_user_rule_without_the_memory_flags_keeps_the_default_contract(make) -
         runs.append(tg.params())
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "rule, dtype, lost",
+    [
+        (gameopt.Adam(), torch.float16, True),
+        (gameopt.RMSProp(), torch.float16, True),
+        (gameopt.RMSProp(convention="tf1"), torch.float16, True),  # 1e-10 inside the root
+        (gameopt.Adam(eps=1e-4), torch.float16, False),
+        (gameopt.Adam(eps=0.0), torch.float16, False),  # no ε asked for: none lost
+        (gameopt.Adam(), torch.bfloat16, False),  # float32's exponents: 1e-8 is kept
+        (gameopt.Adam(), torch.float32, False),
+        (gameopt.Momentum(0.9), torch.float16, False),
+    ],
+)
+def test_zero_eps_advice_names_an_eps_the_dtype_rounds_to_zero(rule, dtype, lost) -> None:
+    from gameopt.updates import zero_eps_advice
+
+    said = zero_eps_advice(rule, dtype)
+    assert bool(said) is lost
+    assert not lost or f"eps={rule.eps:g} is 0 in float16" in said

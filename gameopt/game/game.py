@@ -38,6 +38,7 @@ from ..player import Player
 from ..protocols import Linearization
 from ..sharded import ShardedBuffer, Shards
 from ..state import tensors_in
+from ..updates import zero_eps_advice
 from ..vec import Pieces, Scaled, Step, Vec, all_finite, finite_bounds
 from . import checkpoint, reentry, relayout
 from .errors import NonFiniteError
@@ -710,7 +711,7 @@ class Game:
             if checks is None:
                 new_tensors = self._checked_update(name, oracle, delta, new_state, old)
             else:
-                new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves, checks)
+                new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves, checks, self._advice)
                 last = self._pending.chain()[-1] if self._pending is not None else None
                 found_inf, passed = checks.verdict(last.found_inf if last is not None else None)
             # a Ctrl-C waits for the commit, unless all it changes is one write (no tear possible)
@@ -864,13 +865,24 @@ class Game:
         )
         return NonFiniteError(f"step {pending.step + 1} (its verdict read now, kept on the device): {why}{after}")
 
+    def _advice(self) -> str:
+        """For a refused step's message: each player's update rule with a setting that
+        the player's dtype loses (``gameopt.updates.zero_eps_advice``), or ``""``."""
+        said = []
+        for i, player in enumerate(self.players):
+            dtypes = {self.layout.data[e.group].dtype for e in self.layout.entries if e.player == i}
+            for rule in (r.for_player(i) for r in self._algorithm._rules()):
+                advice = (zero_eps_advice(rule, dt) for dt in sorted(dtypes, key=str))
+                said += [f"player {player.name!r}: {a}" for a in advice if a]
+        return "; ".join(dict.fromkeys(said))
+
     def _checked_update(self, name: str, oracle: StepOracle, delta: Step, new_state: Any, old: Any) -> list[Tensor]:
         """:func:`_check_update`; with sharded players, agreed by every rank: a step
         that one rank refuses, every rank refuses."""
         if self._shards is None:
-            return _check_update(name, oracle, delta, new_state, old, self._moves)
+            return _check_update(name, oracle, delta, new_state, old, self._moves, advice=self._advice)
         try:
-            new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves)
+            new_tensors = _check_update(name, oracle, delta, new_state, old, self._moves, advice=self._advice)
         except NonFiniteError:
             self._shards.agree(True)
             raise
@@ -1160,6 +1172,7 @@ def _check_update(
     old_state: Any,
     moves: Moves,
     checks: Checks | None = None,
+    advice: Callable[[], str] | None = None,
 ) -> list[Tensor]:
     """Refuse what the algorithm ``name`` returned unless the game may commit it: a
     state that keeps a borrowed vector (``RuntimeError``), in debug mode a joint vector
@@ -1186,9 +1199,9 @@ def _check_update(
     if checks is None:
         read: Sequence[Any] | None = finite_bounds(tensors)  # the step's first host read
         if read is None:
-            raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update"))
+            raise NonFiniteError(oracle.not_finite_message("the vector field ξ or the update", advice))
     else:
-        read = checks.finite(tensors, oracle.message_later("the vector field ξ or the update"))
+        read = checks.finite(tensors, oracle.message_later("the vector field ξ or the update", advice))
     if pieces is not None:  # per tensor: each group's largest (its bounds never known: a plain rule's)
         read = pieces.group_bounds(read[: len(vec)])
     bounds: Sequence[Any] = read if known is None else _merged(known, read)

@@ -238,16 +238,18 @@ class StepOracle:
             raise NonFiniteError(self.not_finite_message("the vector field ξ"))
         return lin
 
-    def not_finite_message(self, what: str) -> str:
-        """An error message: ``what`` is not finite, with the players whose losses were not."""
-        return self.message_later(what)()
+    def not_finite_message(self, what: str, advice: Callable[[], str] | None = None) -> str:
+        """An error message: ``what`` is not finite, with the players whose losses were
+        not (or, where all were finite, what ``advice`` says: a setting of the
+        algorithm that the players' dtype loses)."""
+        return self.message_later(what, advice)()
 
-    def message_later(self, what: str) -> Callable[[], str]:
+    def message_later(self, what: str, advice: Callable[[], str] | None = None) -> Callable[[], str]:
         """:meth:`not_finite_message`, formed when called: it holds the step's losses
         (detached) and the players' names, not the oracle (whose closure holds the
         step's arguments, a batch say), for a verdict read after the step."""
         names = [p.name for p in self._context.players]
-        return functools.partial(_not_finite_message, what, names, self._all_losses, self._context.parallel)
+        return functools.partial(_not_finite_message, what, names, self._all_losses, self._context.parallel, advice)
 
     def moved(self, delta: Step, at: Vec | None = None) -> Vec:
         """A new vector (the caller's): the point reached from the current point (or ``at``)
@@ -276,9 +278,15 @@ class StepOracle:
         return self.layout.scale_(vec, factors)
 
 
-def _not_finite_message(what: str, names: Sequence[str], all_losses: Sequence[Sequence[Tensor]], parallel: bool) -> str:
+def _not_finite_message(
+    what: str,
+    names: Sequence[str],
+    all_losses: Sequence[Sequence[Tensor]],
+    parallel: bool,
+    advice: Callable[[], str] | None = None,
+) -> str:
     """``what`` is not finite, with the players whose losses (of each evaluation:
-    ``all_losses``) were not."""
+    ``all_losses``) were not, or else ``advice``'s."""
     bad = [
         name
         for i, name in enumerate(names)
@@ -287,4 +295,6 @@ def _not_finite_message(what: str, names: Sequence[str], all_losses: Sequence[Se
     hint = f" (non-finite losses: {', '.join(bad)})" if bad else ""
     if not bad and parallel:
         hint = " (on another rank: its losses failed or were not finite)"
+    if not bad and advice is not None and (said := advice()):
+        hint = f"{hint} ({said})"
     return f"{what} is not finite{hint}; the step was refused and nothing changed"

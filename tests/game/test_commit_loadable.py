@@ -374,3 +374,45 @@ def test_a_loss_scale_count_at_or_past_its_interval_grows_at_once() -> None:
     scale.load_state_dict({"scale": 8.0, "good_steps": 7})
     scale.update(finite=True)
     assert scale.scale == 16.0
+
+
+# ------------------------------------------------- a refusal that a setting causes
+def _half_adam(verdict: str, rule: gameopt.UpdateRule):
+    """A float16 player 'y' beside a float32 one, with gradients of 1e-3: Adam's first
+    second moment, 1e-3 · (1e-3)², underflows to 0 in float16."""
+    x = nn.Parameter(torch.full((8,), 1e-3))
+    y = nn.Parameter(torch.full((8,), 1e-3, dtype=torch.float16))
+    game = gameopt.Game(
+        [gameopt.Player([x], name="x"), gameopt.Player([y], name="y")],
+        lambda: ((x * y.float()).sum(), -(x * y.float()).sum()),
+        algorithm=gameopt.SimGD(1e-2, update=rule),
+        verdict=verdict,
+    )
+    return game, [x, y]
+
+
+@pytest.mark.parametrize("verdict", ["host", "device"])
+@pytest.mark.parametrize("rule", ["Adam", "RMSProp"])
+def test_a_float16_step_refused_for_an_eps_that_float16_loses_says_so(verdict: str, rule: str) -> None:
+    """ε = 1e-8 is 0 in float16: the direction divides by 0 where the second moment
+    underflows (torch.optim's Adam writes -inf there). The refusal names the player,
+    the rule and the setting; the step the advice gives is taken."""
+    game, params = _half_adam(verdict, getattr(gameopt, rule)())
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(gameopt.NonFiniteError, match=rf"player 'y': {rule}'s eps=1e-08 is 0 in float16.*eps >= 1e-4"):
+        game.step()
+        game.synchronize()
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    game, params = _half_adam(verdict, getattr(gameopt, rule)(eps=1e-4))
+    game.step()
+    game.synchronize()
+    assert all(bool(torch.isfinite(p).all()) and not torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_a_refusal_names_non_finite_losses_rather_than_a_setting() -> None:
+    """Where a loss is not finite, that is what the message says."""
+    game, (x, y) = _half_adam("host", gameopt.Adam())
+    game.losses = lambda: ((x * y.float()).sum() * float("nan"), -(x * y.float()).sum())
+    with pytest.raises(gameopt.NonFiniteError, match=r"\(non-finite losses: x\); the step was refused") as raised:
+        game.step()
+    assert "eps" not in str(raised.value)
