@@ -693,7 +693,7 @@ def zero_eps_advice(rule: UpdateRule, dtype: torch.dtype) -> str:
     """Why steps of ``rule`` on parameters of ``dtype`` may be refused, where a setting of
     the rule is lost in that dtype: Adam's and RMSProp's ε rounds to 0 in float16 (the
     default 1e-8; the smallest float16 is 6e-8), so their direction divides by 0 wherever
-    the second moment underflows to 0 (at Adam's first step, wherever |ξ| < 5e-3);
+    the second moment underflows to 0 (at Adam's first step, wherever ``|ξ| < 5e-3``);
     ``""`` otherwise. ``torch.optim``'s Adam writes ±inf there."""
     eps = rule.eps if isinstance(rule, (Adam, RMSProp)) else 0.0
     if not eps or torch.tensor(eps, dtype=dtype).item() != 0:
