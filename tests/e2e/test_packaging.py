@@ -173,6 +173,7 @@ ALGORITHM_LIFECYCLE = {
     "_check_state_dict",
     "_loadable",
     "_refresh_params",
+    "_rules",
     "_save_binding",
     "_sync_rule",
 }
