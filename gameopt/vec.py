@@ -324,13 +324,19 @@ class Pieces:
         if self._scratched:
             raise RuntimeError("this ξ's gradient buffer was taken as scratch (Pieces.scratch): it cannot be filled")
         if not self._filled:
-            pairs = [(v, g) for vs, part in zip(self.where.grad_views, self.parts) for v, g in zip(vs, part)]
-            moved = [(v, g) for v, g in pairs if v is not g]
-            if moved:
-                tc.foreach_copy_([v for v, _ in moved], [g for _, g in moved])
+            self.copy_to(self.where.grad_views)
             self.parts = [list(views) for views in self.where.grad_views]
             self._filled = True
         return self.where.grad
+
+    def copy_to(self, views: Sequence[Sequence[Tensor]]) -> None:
+        """In place: each parameter's view in ``views`` (per player, as
+        ``PieceViews.views_of`` gives them) takes its gradient, with one foreach copy
+        (a gradient that is its view already is left as it is)."""
+        self._check()
+        pairs = [(v, g) for vs, part in zip(views, self.parts) for v, g in zip(vs, part) if v is not g]
+        if pairs:
+            tc.foreach_copy_([v for v, _ in pairs], [g for _, g in pairs])
 
     def tensors(self) -> list[Tensor]:
         """Every gradient, player after player."""
@@ -448,8 +454,10 @@ def by_piece(d: Vec | Pieces, *vecs: Sequence[Tensor]) -> Iterator[tuple[Tensor,
 def copy_by_piece(into: Vec, d: Vec | Pieces) -> None:
     """In place: the joint vector ``into`` takes ``d``'s values, with one foreach copy
     (per parameter, through ``into``'s views, for :class:`Pieces`: no copy loop)."""
-    pairs = list(by_piece(d, into))
-    tc.foreach_copy_([v for _, v in pairs], [x for x, _ in pairs])
+    if isinstance(d, Pieces):
+        d.copy_to(d.where.views_of(into))
+    else:
+        into.copy_(d)
 
 
 def joint_like(d: Vec | Pieces) -> Vec:

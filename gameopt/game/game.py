@@ -870,7 +870,7 @@ class Game:
         the player's dtype loses (``gameopt.updates.zero_eps_advice``), or ``""``."""
         said = []
         for i, player in enumerate(self.players):
-            dtypes = {self.layout.data[e.group].dtype for e in self.layout.entries if e.player == i}
+            dtypes = {self.layout.data[e.group].dtype for e in self.layout.by_player[i]}
             for rule in (r.for_player(i) for r in self._algorithm._rules()):
                 advice = (zero_eps_advice(rule, dt) for dt in sorted(dtypes, key=str))
                 said += [f"player {player.name!r}: {a}" for a in advice if a]
